@@ -1,0 +1,1 @@
+//! TODO(session): filled in by the module owner.

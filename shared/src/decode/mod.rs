@@ -1,0 +1,1 @@
+//! Decoders from source bytes to [`crate::flow::FlowRecord`].

@@ -1,0 +1,1 @@
+//! Timestamps: RFC 3339 parsing and formatting.

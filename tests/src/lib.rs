@@ -1,0 +1,1 @@
+//! Integration tests of the real binaries live in `tests/`.
