@@ -1,0 +1,155 @@
+//! Status types: what the leader writes back after learning (proposal evidence) and after
+//! monitoring (policy violations).
+//!
+//! Lists are always serialized, even when empty, so a JSON merge patch of the status clears
+//! them; optional scalars are omitted when unset.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::spec::{Mode, PolicyDirection};
+
+/// Most records kept in `violations` and in `acknowledgedViolations`.
+pub const MAX_VIOLATION_RECORDS: usize = 100;
+
+/// Status of a WorkloadNetworkPolicyProposal: the evidence behind the learned rules.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadNetworkPolicyProposalStatus {
+    /// When learning for this workload and direction started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learning_since: Option<Time>,
+    /// Latest observations of the proposal's state, one per condition type.
+    #[serde(default)]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// Evidence per peer, protocol and port: each entry backs one allowed connection in the spec.
+    #[serde(default)]
+    pub peers: Vec<PeerEvidence>,
+    /// Total flows merged into this proposal since `learningSince`.
+    #[serde(default)]
+    pub flow_count: i64,
+}
+
+/// Observed traffic between the target workload and one peer on one protocol and port.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerEvidence {
+    /// The peer in human form: a workload `<namespace>/<kind>/<name>`, a CIDR with the DNS name
+    /// it was resolved from (`10.0.0.1/32 (api.example.com)`), or a SPIFFE principal.
+    pub peer: String,
+    /// Transport protocol: `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    /// Destination port of the traffic (0 when the data plane does not report it).
+    #[schemars(range(min = 0, max = 65535))]
+    pub port: i32,
+    /// When a flow with this peer, protocol and port was first seen.
+    pub first_seen: Time,
+    /// When a flow with this peer, protocol and port was last seen.
+    pub last_seen: Time,
+    /// Number of flows seen with this peer, protocol and port.
+    pub flow_count: i64,
+    /// DNS name the peer address was resolved from, for peers outside the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_name: Option<String>,
+}
+
+/// Status of a WorkloadNetworkPolicy: violations seen in monitor or protect mode.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadNetworkPolicyStatus {
+    /// The `metadata.generation` this status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Violations neither cleared by a rule nor acknowledged, newest first (at most 100; the
+    /// oldest are dropped).
+    #[serde(default)]
+    #[schemars(length(max = MAX_VIOLATION_RECORDS))]
+    pub violations: Vec<ViolationRecord>,
+    /// Number of entries in `violations`.
+    #[serde(default)]
+    pub active_violation_count: i64,
+    /// Every observation ever merged into `violations`, repeats included; never decremented.
+    #[serde(default)]
+    pub violation_count: i64,
+    /// When a violation was last seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_violation_time: Option<Time>,
+    /// Violations acknowledged through a `networkenforcer.kubewarden.io/acknowledge-<id>`
+    /// annotation, newest acknowledgement first (at most 100).
+    #[serde(default)]
+    #[schemars(length(max = MAX_VIOLATION_RECORDS))]
+    pub acknowledged_violations: Vec<AcknowledgedViolation>,
+    /// Latest observations of the policy's state (Ready, NativePolicyConflict, ...), one per
+    /// condition type.
+    #[serde(default)]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Traffic the policy denies (protect) or would deny (monitor), merged per endpoint pair,
+/// protocol, port, direction and mode.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ViolationRecord {
+    /// Identifier, unique within the policy: small, increasing, never reused. Acknowledge the
+    /// record with the annotation `networkenforcer.kubewarden.io/acknowledge-<id>: <reason>`.
+    pub id: i64,
+    /// When this violation was first seen.
+    pub first_seen: Time,
+    /// When this violation was last seen.
+    pub last_seen: Time,
+    /// Number of times this violation was seen.
+    pub count: i64,
+    /// The side that opened the connection.
+    pub source: WorkloadEndpointRef,
+    /// The side that received the connection.
+    pub destination: WorkloadEndpointRef,
+    /// Transport protocol: `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    /// Destination port (0 when unknown, e.g. from Istio ztunnel logs).
+    #[schemars(range(min = 0, max = 65535))]
+    pub port: i32,
+    /// Direction relative to the policy's target: `Ingress` or `Egress`.
+    pub direction: PolicyDirection,
+    /// Mode in force when seen: `monitor` (allowed, recorded) or `protect` (blocked).
+    pub mode: Mode,
+}
+
+/// One end of a violating connection; every field is optional because data planes report
+/// different subsets.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadEndpointRef {
+    /// Namespace of the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Kind of the pod's owning workload (`Deployment`, `StatefulSet`, `DaemonSet`, `Pod`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Name of the pod's owning workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// SPIFFE identity without `spiffe://` (`<trust-domain>/ns/<ns>/sa/<sa>`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
+    /// IP address, when the endpoint is not a known pod or as reported by the data plane.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+}
+
+/// A violation a user acknowledged; it no longer counts as active.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AcknowledgedViolation {
+    /// The record as it was when acknowledged.
+    pub violation: ViolationRecord,
+    /// The annotation's value: why the traffic is acceptable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When the acknowledgement was processed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acknowledged_at: Option<Time>,
+}
