@@ -34,10 +34,12 @@ pub const RULE_ISTIO_INGRESS_ONLY: (&str, &str) = (
     "istio backend supports only Ingress: ztunnel enforces inbound",
 );
 
-/// Rule (c): a NetworkPolicy covers exactly the spec's direction.
+/// Rule (c): a NetworkPolicy covers exactly the spec's direction. Written with `size` and
+/// an index rather than list equality, so that its estimated cost stays constant (the
+/// apiserver rejects rules whose cost grows with an unbounded list).
 pub const RULE_KUBERNETES_POLICY_TYPES: (&str, &str) = (
     "self.backend != 'kubernetes' || (has(self.kubernetes) && has(self.kubernetes.policyTypes) \
-     && self.kubernetes.policyTypes == [self.direction])",
+     && size(self.kubernetes.policyTypes) == 1 && self.kubernetes.policyTypes[0] == self.direction)",
     "kubernetes backend requires kubernetes.policyTypes to be exactly [direction]",
 );
 

@@ -191,7 +191,7 @@ mod generated_schema {
                 .contains("ztunnel enforces inbound")
         );
         assert!(RULE_KUBERNETES_POLICY_TYPES.0.contains(
-            "has(self.kubernetes.policyTypes) && self.kubernetes.policyTypes == [self.direction]"
+            "size(self.kubernetes.policyTypes) == 1 && self.kubernetes.policyTypes[0] == self.direction"
         ));
     }
 
