@@ -1,0 +1,526 @@
+//! Cilium Hubble flows as JSON: `hubble observe -o json|jsonpb`, the Hubble exporter, and
+//! Go `encoding/json` dumps (dataplanes.md §1.3-1.6).
+//!
+//! A line is a `GetFlowsResponse` (`{"flow":{…},"node_name":…,"time":…}`), `{"flow":…}`
+//! alone, or a bare `Flow`. `lost_events` and `node_status` responses are counted skips.
+//! Field names are accepted in protojson's `UseProtoNames` spelling (`traffic_direction`)
+//! and in lowerCamelCase (`trafficDirection`); enums as names or numbers.
+
+use std::net::IpAddr;
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+
+use super::common::{CowStr, EnumVal, TimeVal, parse_ip, policy_ref, port};
+use super::{DecodeError, Decoded, SkipReason};
+use crate::flow::{
+    Endpoint, EndpointId, FlowRecord, Labels, ObservationPoint, Protocol, Reserved, Str, Verdict,
+    WorkloadKind, WorkloadRef, labels,
+};
+
+/// A `GetFlowsResponse` or a bare `Flow`: the flow's fields plus the wrapper's.
+#[derive(Deserialize, Default)]
+struct Flow<'a> {
+    // GetFlowsResponse
+    #[serde(borrow)]
+    flow: Option<Box<Flow<'a>>>,
+    #[serde(alias = "lostEvents")]
+    lost_events: Option<IgnoredAny>,
+    #[serde(alias = "nodeStatus")]
+    node_status: Option<IgnoredAny>,
+    // Flow (and the wrapper's node_name/time)
+    #[serde(borrow)]
+    time: Option<TimeVal<'a>>,
+    #[serde(borrow)]
+    verdict: Option<EnumVal<'a>>,
+    #[serde(borrow, rename = "IP", alias = "ip")]
+    ip: Option<Ip<'a>>,
+    l4: Option<Layer4>,
+    #[serde(borrow)]
+    source: Option<HEndpoint<'a>>,
+    #[serde(borrow)]
+    destination: Option<HEndpoint<'a>>,
+    #[serde(borrow, alias = "nodeName")]
+    node_name: Option<CowStr<'a>>,
+    #[serde(borrow, default, alias = "destinationNames")]
+    destination_names: Vec<CowStr<'a>>,
+    reply: Option<bool>,
+    #[serde(alias = "isReply")]
+    is_reply: Option<bool>,
+    #[serde(borrow, alias = "trafficDirection")]
+    traffic_direction: Option<EnumVal<'a>>,
+    #[serde(borrow, alias = "dropReasonDesc")]
+    drop_reason_desc: Option<EnumVal<'a>>,
+    #[serde(alias = "dropReason")]
+    drop_reason: Option<u32>,
+    #[serde(borrow, default, alias = "egressDeniedBy")]
+    egress_denied_by: Vec<Policy<'a>>,
+    #[serde(borrow, default, alias = "ingressDeniedBy")]
+    ingress_denied_by: Vec<Policy<'a>>,
+}
+
+impl Flow<'_> {
+    fn has_flow_fields(&self) -> bool {
+        self.verdict.is_some() || self.ip.is_some() || self.l4.is_some() || self.source.is_some()
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct Ip<'a> {
+    #[serde(borrow)]
+    source: Option<CowStr<'a>>,
+    #[serde(borrow)]
+    destination: Option<CowStr<'a>>,
+}
+
+#[derive(Deserialize, Default)]
+struct Layer4 {
+    #[serde(rename = "TCP", alias = "tcp")]
+    tcp: Option<Ports>,
+    #[serde(rename = "UDP", alias = "udp")]
+    udp: Option<Ports>,
+    #[serde(rename = "SCTP", alias = "sctp")]
+    sctp: Option<Ports>,
+    #[serde(rename = "ICMPv4", alias = "icmpv4")]
+    icmpv4: Option<IgnoredAny>,
+    #[serde(rename = "ICMPv6", alias = "icmpv6")]
+    icmpv6: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize, Default)]
+struct Ports {
+    #[serde(default, alias = "sourcePort")]
+    source_port: u32,
+    #[serde(default, alias = "destinationPort")]
+    destination_port: u32,
+}
+
+#[derive(Deserialize, Default)]
+struct HEndpoint<'a> {
+    #[serde(default)]
+    identity: u32,
+    #[serde(borrow)]
+    namespace: Option<CowStr<'a>>,
+    #[serde(borrow, default)]
+    labels: Vec<CowStr<'a>>,
+    #[serde(borrow, alias = "podName")]
+    pod_name: Option<CowStr<'a>>,
+    #[serde(borrow, default)]
+    workloads: Vec<Workload<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Workload<'a> {
+    #[serde(borrow)]
+    name: Option<CowStr<'a>>,
+    #[serde(borrow)]
+    kind: Option<CowStr<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Policy<'a> {
+    #[serde(borrow)]
+    name: Option<CowStr<'a>>,
+    #[serde(borrow)]
+    namespace: Option<CowStr<'a>>,
+}
+
+/// Decodes one Hubble JSON line.
+pub fn decode(line: &[u8]) -> Result<Decoded, DecodeError> {
+    let top: Flow<'_> = serde_json::from_slice(line).map_err(DecodeError::json)?;
+    if top.lost_events.is_some() {
+        return Ok(Decoded::Skip(SkipReason::HubbleLostEvents));
+    }
+    if top.node_status.is_some() {
+        return Ok(Decoded::Skip(SkipReason::HubbleNodeStatus));
+    }
+    let (flow, outer_node, outer_time) = match top.flow {
+        Some(inner) => (*inner, top.node_name, top.time),
+        None if top.has_flow_fields() => (top, None, None),
+        None => {
+            return Err(DecodeError::shape(
+                "a Hubble flow, GetFlowsResponse, lost_events or node_status",
+                &String::from_utf8_lossy(line),
+            ));
+        }
+    };
+    record(flow, outer_node, outer_time).map(Decoded::Record)
+}
+
+fn record(
+    f: Flow<'_>,
+    outer_node: Option<CowStr<'_>>,
+    outer_time: Option<TimeVal<'_>>,
+) -> Result<FlowRecord, DecodeError> {
+    let time = f
+        .time
+        .as_ref()
+        .or(outer_time.as_ref())
+        .map(TimeVal::resolve)
+        .transpose()?;
+    let node = f
+        .node_name
+        .as_deref()
+        .or(outer_node.as_deref())
+        .filter(|n| !n.is_empty())
+        .map(Str::from);
+    let ip = f.ip.unwrap_or_default();
+    let src_ip = parse_ip("IP.source", ip.source.as_deref())?;
+    let dst_ip = parse_ip("IP.destination", ip.destination.as_deref())?;
+
+    let (protocol, ports) = match f.l4.unwrap_or_default() {
+        Layer4 { tcp: Some(p), .. } => (Protocol::Tcp, Some(p)),
+        Layer4 { udp: Some(p), .. } => (Protocol::Udp, Some(p)),
+        Layer4 { sctp: Some(p), .. } => (Protocol::Sctp, Some(p)),
+        Layer4 {
+            icmpv4: Some(_), ..
+        }
+        | Layer4 {
+            icmpv6: Some(_), ..
+        } => (Protocol::Icmp, None),
+        _ => (Protocol::Other, None),
+    };
+    let (source_port, destination_port) = match ports {
+        Some(p) => (
+            port("l4.source_port", i64::from(p.source_port))?,
+            port("l4.destination_port", i64::from(p.destination_port))?,
+        ),
+        None => (0, 0),
+    };
+
+    let observation = match &f.traffic_direction {
+        Some(d) if d.is("INGRESS", 1) => ObservationPoint::Ingress,
+        Some(d) if d.is("EGRESS", 2) => ObservationPoint::Egress,
+        _ => ObservationPoint::Unknown,
+    };
+    let verdict = verdict(
+        f.verdict.as_ref(),
+        f.drop_reason_desc.as_ref(),
+        f.drop_reason,
+    )?;
+    let denied_by = match observation {
+        ObservationPoint::Ingress => [&f.ingress_denied_by, &f.egress_denied_by],
+        _ => [&f.egress_denied_by, &f.ingress_denied_by],
+    };
+    let policy = denied_by
+        .into_iter()
+        .find_map(|list| list.first())
+        .and_then(|p| policy_ref(p.namespace.as_deref(), p.name.as_deref().unwrap_or("")));
+
+    Ok(FlowRecord {
+        time,
+        node,
+        source: endpoint(f.source.unwrap_or_default(), src_ip),
+        destination: endpoint(f.destination.unwrap_or_default(), dst_ip),
+        protocol,
+        source_port,
+        destination_port,
+        observation,
+        verdict,
+        reply: f.is_reply.or(if f.reply == Some(true) {
+            Some(true)
+        } else {
+            None
+        }),
+        destination_dns: f
+            .destination_names
+            .first()
+            .filter(|n| !n.is_empty())
+            .map(|n| Str::from(&**n)),
+        policy,
+        connections: 1,
+    })
+}
+
+/// Hubble verdicts: FORWARDED, REDIRECTED (to a proxy), TRACED and TRANSLATED all let the
+/// packet through; DROPPED is a policy denial only for POLICY_DENIED (133) or POLICY_DENY
+/// (181); AUDIT is a policy denial in audit mode.
+fn verdict(
+    v: Option<&EnumVal<'_>>,
+    desc: Option<&EnumVal<'_>>,
+    reason: Option<u32>,
+) -> Result<Verdict, DecodeError> {
+    let Some(v) = v.filter(|v| !v.is("VERDICT_UNKNOWN", 0)) else {
+        return Err(DecodeError::MissingField("verdict"));
+    };
+    Ok(
+        if v.is("FORWARDED", 1)
+            || v.is("REDIRECTED", 5)
+            || v.is("TRACED", 6)
+            || v.is("TRANSLATED", 7)
+        {
+            Verdict::Forwarded
+        } else if v.is("DROPPED", 2) {
+            let by_desc =
+                desc.is_some_and(|d| d.is("POLICY_DENIED", 133) || d.is("POLICY_DENY", 181));
+            let by_reason = matches!(reason, Some(133 | 181));
+            if by_desc || by_reason {
+                Verdict::PolicyDenied
+            } else {
+                Verdict::Dropped
+            }
+        } else if v.is("AUDIT", 4) {
+            Verdict::AuditDenied
+        } else if v.is("ERROR", 3) {
+            Verdict::Error
+        } else {
+            return Err(DecodeError::BadValue {
+                field: "verdict",
+                value: v.text(),
+            });
+        },
+    )
+}
+
+/// Which reserved identity a set of `reserved:*` labels names. When several are present
+/// the most specific wins: host (identity 1) before kube-apiserver (which Cilium adds to
+/// the host or a remote node when the API server runs there), then remote-node and the
+/// rest; world last.
+fn reserved_from_labels(labels: &[CowStr<'_>]) -> Option<Reserved> {
+    let mut best: Option<Reserved> = None;
+    for l in labels {
+        let Some(name) = l.strip_prefix("reserved:") else {
+            continue;
+        };
+        let r = match name {
+            "host" => Reserved::Host,
+            "kube-apiserver" => Reserved::KubeApiserver,
+            "remote-node" => Reserved::RemoteNode,
+            "health" => Reserved::Health,
+            "init" => Reserved::Init,
+            "ingress" => Reserved::Ingress,
+            "unmanaged" => Reserved::Unmanaged,
+            n if n.starts_with("world") => Reserved::World,
+            _ => Reserved::Unknown,
+        };
+        best = Some(best.map_or(r, |b| if rank(r) < rank(b) { r } else { b }));
+    }
+    best
+}
+
+fn rank(r: Reserved) -> u8 {
+    match r {
+        Reserved::Host => 0,
+        Reserved::KubeApiserver => 1,
+        Reserved::RemoteNode => 2,
+        Reserved::Health => 3,
+        Reserved::Init => 4,
+        Reserved::Ingress => 5,
+        Reserved::Unmanaged => 6,
+        Reserved::World => 7,
+        Reserved::Unknown => 8,
+    }
+}
+
+/// Cilium's reserved identity numbers (dataplanes.md §1.6). 11 (encrypted overlay) is
+/// node-to-node tunnel traffic, so it maps to remote-node.
+fn reserved_from_identity(identity: u32) -> Option<Reserved> {
+    Some(match identity {
+        1 => Reserved::Host,
+        2 | 9 | 10 => Reserved::World,
+        3 => Reserved::Unmanaged,
+        4 => Reserved::Health,
+        5 => Reserved::Init,
+        6 | 11 => Reserved::RemoteNode,
+        7 => Reserved::KubeApiserver,
+        8 => Reserved::Ingress,
+        _ => return None,
+    })
+}
+
+/// `k8s:` labels without the prefix, dropping Cilium's bookkeeping keys.
+fn pod_labels(raw: &[CowStr<'_>]) -> Labels {
+    labels(raw.iter().filter_map(|l| {
+        let (k, v) = l.strip_prefix("k8s:")?.split_once('=')?;
+        let internal = k.starts_with("io.cilium.") || k == "io.kubernetes.pod.namespace";
+        (!internal).then(|| (Str::from(k), Str::from(v)))
+    }))
+}
+
+/// The endpoint rules, first match wins: reserved labels (`reserved:*`), then
+/// workloads, then the pod, then reserved identity numbers. A `reserved:world` endpoint
+/// that names a pod is that pod (Cilium's L7 proxy records resolve the pod by address
+/// while the identity is still world).
+fn endpoint(e: HEndpoint<'_>, ip: Option<IpAddr>) -> Endpoint {
+    let namespace = e
+        .namespace
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .or_else(|| {
+            e.labels
+                .iter()
+                .find_map(|l| l.strip_prefix("k8s:io.kubernetes.pod.namespace="))
+        });
+    let pod = e.pod_name.as_deref().filter(|p| !p.is_empty());
+    let world =
+        |ip: Option<IpAddr>| ip.map_or(EndpointId::Reserved(Reserved::World), EndpointId::External);
+    let workload = e.workloads.first().and_then(|w| {
+        let kind = WorkloadKind::parse(w.kind.as_deref()?)?;
+        let name = w.name.as_deref().filter(|n| !n.is_empty())?;
+        Some(EndpointId::Workload(WorkloadRef {
+            namespace: namespace?.into(),
+            kind,
+            name: name.into(),
+        }))
+    });
+    let pod_id = || {
+        pod.zip(namespace).map(|(p, ns)| EndpointId::Pod {
+            namespace: ns.into(),
+            name: p.into(),
+        })
+    };
+    let id = match reserved_from_labels(&e.labels) {
+        Some(Reserved::World) => workload.or_else(pod_id).unwrap_or_else(|| world(ip)),
+        Some(r) => EndpointId::Reserved(r),
+        None => match workload.or_else(pod_id) {
+            Some(id) => id,
+            None if e.labels.is_empty() => match reserved_from_identity(e.identity) {
+                Some(Reserved::World) => world(ip),
+                Some(r) => EndpointId::Reserved(r),
+                // CIDR identities (local scope 1<<24) are addresses outside the cluster.
+                None if (1 << 24..2 << 24).contains(&e.identity) => world(ip),
+                None => EndpointId::Reserved(Reserved::Unknown),
+            },
+            None => EndpointId::Reserved(Reserved::Unknown),
+        },
+    };
+    Endpoint::new(id)
+        .with_ip(ip)
+        .with_labels(pod_labels(&e.labels))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(line: &str) -> FlowRecord {
+        match decode(line.as_bytes()) {
+            Ok(Decoded::Record(r)) => r,
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn reserved_labels_and_identities() {
+        let r = one(
+            r#"{"verdict":"FORWARDED","IP":{"source":"10.0.0.1","destination":"1.2.3.4"},"l4":{"TCP":{"source_port":40000,"destination_port":443}},"source":{"identity":1,"labels":["reserved:host","reserved:kube-apiserver"]},"destination":{"identity":16777217,"labels":["reserved:kube-apiserver","reserved:world"]},"traffic_direction":"EGRESS"}"#,
+        );
+        assert_eq!(r.source.id, EndpointId::Reserved(Reserved::Host));
+        assert_eq!(
+            r.destination.id,
+            EndpointId::Reserved(Reserved::KubeApiserver)
+        );
+        // Identity numbers only when labels are absent; world with an address is external.
+        let r = one(
+            r#"{"verdict":2,"IP":{"source":"10.0.0.1","destination":"1.2.3.4"},"source":{"identity":6},"destination":{"identity":16777300},"traffic_direction":1,"drop_reason_desc":181}"#,
+        );
+        assert_eq!(r.source.id, EndpointId::Reserved(Reserved::RemoteNode));
+        assert_eq!(
+            r.destination.id,
+            EndpointId::External("1.2.3.4".parse().unwrap())
+        );
+        assert_eq!(r.observation, ObservationPoint::Ingress);
+        assert_eq!(r.verdict, Verdict::PolicyDenied);
+        assert_eq!(r.protocol, Protocol::Other);
+        let r = one(
+            r#"{"verdict":"FORWARDED","source":{"labels":["reserved:world"]},"destination":{"labels":["reserved:world-ipv4","reserved:remote-node","reserved:kube-apiserver"]}}"#,
+        );
+        assert_eq!(
+            r.destination.id,
+            EndpointId::Reserved(Reserved::KubeApiserver)
+        );
+        let r = one(
+            r#"{"verdict":"FORWARDED","source":{"labels":["reserved:world"]},"destination":{}}"#,
+        );
+        assert_eq!(r.source.id, EndpointId::Reserved(Reserved::World));
+        assert_eq!(r.destination.id, EndpointId::Reserved(Reserved::Unknown));
+    }
+
+    #[test]
+    fn verdicts_policies_and_camel_case() {
+        let r = one(
+            r#"{"flow":{"verdict":"AUDIT","trafficDirection":"EGRESS","isReply":false,"destinationNames":["api.example.com"],"egressDeniedBy":[{"name":"deny-all","namespace":"shop"}],"source":{"namespace":"shop","podName":"web-1"}}}"#,
+        );
+        assert_eq!(r.verdict, Verdict::AuditDenied);
+        assert_eq!(r.observation, ObservationPoint::Egress);
+        assert_eq!(r.reply, Some(false));
+        assert_eq!(r.destination_dns.as_deref(), Some("api.example.com"));
+        assert_eq!(r.policy.as_deref(), Some("shop/deny-all"));
+        assert_eq!(
+            r.source.id,
+            EndpointId::Pod {
+                namespace: "shop".into(),
+                name: "web-1".into()
+            }
+        );
+        let r = one(
+            r#"{"verdict":"DROPPED","drop_reason_desc":"CT_MAP_INSERTION_FAILED","source":{}}"#,
+        );
+        assert_eq!(r.verdict, Verdict::Dropped);
+        let r = one(r#"{"verdict":"ERROR","source":{}}"#);
+        assert_eq!(r.verdict, Verdict::Error);
+        assert!(matches!(
+            decode(br#"{"verdict":"MAYBE","source":{}}"#),
+            Err(DecodeError::BadValue {
+                field: "verdict",
+                ..
+            })
+        ));
+        assert_eq!(
+            decode(br#"{"IP":{"source":"10.0.0.1"}}"#),
+            Err(DecodeError::MissingField("verdict"))
+        );
+    }
+
+    #[test]
+    fn workloads_with_unknown_kind_fall_back_to_pod() {
+        let r = one(
+            r#"{"verdict":"FORWARDED","source":{"namespace":"ops","pod_name":"dc-1-x","workloads":[{"name":"dc","kind":"DeploymentConfig"}]},"destination":{"namespace":"ops","pod_name":"db-0","workloads":[{"name":"db","kind":"StatefulSet"}],"labels":["k8s:app=db","k8s:io.cilium.k8s.policy.cluster=c","k8s:io.kubernetes.pod.namespace=ops","container:x=y"]}}"#,
+        );
+        assert_eq!(
+            r.source.id,
+            EndpointId::Pod {
+                namespace: "ops".into(),
+                name: "dc-1-x".into()
+            }
+        );
+        let want = WorkloadRef {
+            namespace: "ops".into(),
+            kind: WorkloadKind::StatefulSet,
+            name: "db".into(),
+        };
+        assert_eq!(r.destination.id, EndpointId::Workload(want));
+        assert_eq!(r.destination.labels, labels([("app", "db")]));
+    }
+
+    #[test]
+    fn skips_and_shapes() {
+        assert_eq!(
+            decode(br#"{"lost_events":{"source":1,"num_events_lost":3}}"#),
+            Ok(Decoded::Skip(SkipReason::HubbleLostEvents))
+        );
+        assert_eq!(
+            decode(br#"{"node_status":{"state_change":1}}"#),
+            Ok(Decoded::Skip(SkipReason::HubbleNodeStatus))
+        );
+        assert!(matches!(
+            decode(br#"{"node_name":"n"}"#),
+            Err(DecodeError::LineShape { .. })
+        ));
+        assert!(matches!(
+            decode(br#"{"flow":{"verdict":"FORWARDED","l4":{"TCP":{"destination_port":70000}}}}"#),
+            Err(DecodeError::BadPort { value: 70000, .. })
+        ));
+        assert!(matches!(
+            decode(br#"{"flow":{"verdict":"FORWARDED","IP":{"source":"10.0.0"}}}"#),
+            Err(DecodeError::BadIp {
+                field: "IP.source",
+                ..
+            })
+        ));
+        assert!(matches!(
+            decode(br#"{"flow":{"verdict":"FORWARDED","time":"yesterday"}}"#),
+            Err(DecodeError::BadTimestamp { .. })
+        ));
+    }
+}
