@@ -130,11 +130,21 @@ pub fn derive(flow: &FlowRecord, provider: Provider) -> Result<Edge, EdgeSkip> {
     if !provider.learns(direction) {
         return Err(EdgeSkip::DirectionNotLearned);
     }
-    if provider == Provider::Istio && (flow.protocol != Protocol::Tcp || flow.source.identity.is_none()) {
-        return Err(if flow.protocol != Protocol::Tcp { EdgeSkip::Protocol } else { EdgeSkip::NoIdentity });
+    if provider == Provider::Istio
+        && (flow.protocol != Protocol::Tcp || flow.source.identity.is_none())
+    {
+        return Err(if flow.protocol != Protocol::Tcp {
+            EdgeSkip::Protocol
+        } else {
+            EdgeSkip::NoIdentity
+        });
     }
     let (subject, peer, peer_dns) = match direction {
-        Direction::Egress => (&flow.source, &flow.destination, flow.destination_dns.clone()),
+        Direction::Egress => (
+            &flow.source,
+            &flow.destination,
+            flow.destination_dns.clone(),
+        ),
         Direction::Ingress => (&flow.destination, &flow.source, None),
     };
     Ok(Edge {

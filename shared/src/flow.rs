@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 pub type Str = Arc<str>;
 
 /// Nanoseconds since the Unix epoch (UTC).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct Timestamp(pub i64);
 
 impl Timestamp {
@@ -43,7 +45,10 @@ pub enum WorkloadKind {
 impl WorkloadKind {
     /// Only these kinds get proposals; every other kind is a peer only.
     pub fn is_subject(self) -> bool {
-        matches!(self, WorkloadKind::Deployment | WorkloadKind::StatefulSet | WorkloadKind::DaemonSet)
+        matches!(
+            self,
+            WorkloadKind::Deployment | WorkloadKind::StatefulSet | WorkloadKind::DaemonSet
+        )
     }
 
     /// The Kubernetes kind name (`Deployment`, ...).
@@ -134,9 +139,15 @@ pub enum EndpointId {
     /// The record names the owning workload (Hubble `workloads`, Goldmane labels).
     Workload(WorkloadRef),
     /// A pod whose owner the record does not name.
-    Pod { namespace: Str, name: Str },
+    Pod {
+        namespace: Str,
+        name: Str,
+    },
     /// Pods aggregated by name prefix (Calico's `GenerateName*`); `prefix` excludes the `*`.
-    PodGroup { namespace: Str, prefix: Str },
+    PodGroup {
+        namespace: Str,
+        prefix: Str,
+    },
     /// An address outside the cluster.
     External(IpAddr),
     Reserved(Reserved),
@@ -147,7 +158,9 @@ impl EndpointId {
     pub fn namespace(&self) -> Option<&str> {
         match self {
             EndpointId::Workload(w) => Some(&w.namespace),
-            EndpointId::Pod { namespace, .. } | EndpointId::PodGroup { namespace, .. } => Some(namespace),
+            EndpointId::Pod { namespace, .. } | EndpointId::PodGroup { namespace, .. } => {
+                Some(namespace)
+            }
             EndpointId::External(_) | EndpointId::Reserved(_) => None,
         }
     }
@@ -170,7 +183,10 @@ pub type Labels = Arc<[(Str, Str)]>;
 
 /// Builds [`Labels`] from pairs: sorted by key, last value of a repeated key wins.
 pub fn labels<K: Into<Str>, V: Into<Str>>(pairs: impl IntoIterator<Item = (K, V)>) -> Labels {
-    let mut v: Vec<(Str, Str)> = pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+    let mut v: Vec<(Str, Str)> = pairs
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
     v.sort_by(|a, b| a.0.cmp(&b.0));
     let mut out: Vec<(Str, Str)> = Vec::with_capacity(v.len());
     for (k, val) in v {
@@ -196,7 +212,12 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub fn new(id: EndpointId) -> Self {
-        Endpoint { id, ip: None, labels: Labels::from([]), identity: None }
+        Endpoint {
+            id,
+            ip: None,
+            labels: Labels::from([]),
+            identity: None,
+        }
     }
 
     pub fn with_ip(mut self, ip: Option<IpAddr>) -> Self {
