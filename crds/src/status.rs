@@ -37,8 +37,8 @@ pub struct WorkloadNetworkPolicyProposalStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PeerEvidence {
-    /// The peer in human form: a workload `<namespace>/<kind>/<name>`, a CIDR with the DNS name
-    /// it was resolved from (`10.0.0.1/32 (api.example.com)`), or a SPIFFE principal.
+    /// The peer as the rule names it: pods `pods:<namespace>/<selector>`, an address
+    /// `ip:<cidr>`, or a mesh identity `principal:<SPIFFE principal>`.
     pub peer: String,
     /// Transport protocol: `TCP`, `UDP` or `SCTP`.
     pub protocol: String,
@@ -51,7 +51,8 @@ pub struct PeerEvidence {
     pub last_seen: Time,
     /// Number of flows seen with this peer, protocol and port.
     pub flow_count: i64,
-    /// DNS name the peer address was resolved from, for peers outside the cluster.
+    /// DNS names the data plane saw for the peer address (comma-separated), for peers
+    /// outside the cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns_name: Option<String>,
 }

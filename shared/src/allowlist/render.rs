@@ -7,11 +7,13 @@ use k8s_openapi::api::networking::v1::{
     NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
     NetworkPolicySpec,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff;
 use ne_crds::{
     Backend, IstioAuthorizationPolicySpec, IstioFrom, IstioOperation, IstioRule, IstioSource,
-    IstioTo, PolicyDirection, TargetKind, TargetRef, WorkloadNetworkPolicyProposal,
-    WorkloadNetworkPolicyProposalSpec,
+    IstioTo, PeerEvidence, PolicyDirection, TargetKind, TargetRef, WorkloadNetworkPolicyProposal,
+    WorkloadNetworkPolicyProposalSpec, WorkloadNetworkPolicyProposalStatus,
 };
 use serde::Serialize;
 
@@ -83,6 +85,45 @@ pub struct Proposal {
     pub learning_since: Timestamp,
     /// The latest last-seen of any rule.
     pub last_seen: Timestamp,
+}
+
+impl Proposal {
+    /// The status the evidence makes: `learningSince`, one row per peer, protocol and port,
+    /// and the flow count. Times are cut to whole seconds, as `metav1.Time` carries them.
+    pub fn status(&self) -> WorkloadNetworkPolicyProposalStatus {
+        WorkloadNetworkPolicyProposalStatus {
+            learning_since: Some(kube_time(self.learning_since)),
+            conditions: Vec::new(),
+            peers: self
+                .evidence
+                .iter()
+                .map(|row| PeerEvidence {
+                    peer: row.peer.to_string(),
+                    protocol: row.protocol.as_str().to_owned(),
+                    port: i32::from(row.port),
+                    first_seen: kube_time(row.first_seen),
+                    last_seen: kube_time(row.last_seen),
+                    flow_count: i64::try_from(row.flow_count).unwrap_or(i64::MAX),
+                    dns_name: (!row.dns.is_empty()).then(|| row.dns.join(",")),
+                })
+                .collect(),
+            flow_count: i64::try_from(self.flow_count).unwrap_or(i64::MAX),
+        }
+    }
+
+    /// The proposal object with [`Proposal::status`] filled in.
+    pub fn into_object_with_status(self) -> WorkloadNetworkPolicyProposal {
+        let status = self.status();
+        let mut object = self.object;
+        object.status = Some(status);
+        object
+    }
+}
+
+/// A [`Timestamp`] as a Kubernetes `Time`, to the second.
+pub fn kube_time(t: Timestamp) -> Time {
+    let secs = t.0.div_euclid(1_000_000_000);
+    Time(jiff::Timestamp::from_second(secs).unwrap_or(jiff::Timestamp::UNIX_EPOCH))
 }
 
 /// Why an allow-list cannot be rendered.
