@@ -83,36 +83,40 @@ impl Stats {
     }
 
     fn add(&self, time: Timestamp, count: u64) {
-        if count <= u64::from(u32::MAX) {
-            // Cannot realistically wrap: it would take 2^32 records of 2^32 each.
-            self.count.fetch_add(count, Ordering::Relaxed);
-        } else {
-            // Rare huge aggregate: saturate instead of wrapping.
-            let _ = self
-                .count
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
-                    Some(c.saturating_add(count))
-                });
-        }
-        // Read first: in steady state times only grow, so `first_seen` needs no write.
+        // Times first: the count update below publishes them (see `drain_dirty`). In steady
+        // state times only grow, so `first_seen` usually needs no write.
         if time.0 < self.first_seen.load(Ordering::Relaxed) {
             self.first_seen.fetch_min(time.0, Ordering::Relaxed);
         }
         if time.0 > self.last_seen.load(Ordering::Relaxed) {
             self.last_seen.fetch_max(time.0, Ordering::Relaxed);
         }
-        // An RMW, not a plain store: every update then belongs to the release sequence
-        // that the drainer's acquiring swap reads from, so whichever update set the flag
-        // last, the drainer sees the statistics of all updates before it.
-        self.dirty.swap(true, Ordering::Release);
+        if count <= u64::from(u32::MAX) {
+            // Cannot realistically wrap: it would take 2^32 records of 2^32 each.
+            self.count.fetch_add(count, Ordering::SeqCst);
+        } else {
+            // Rare huge aggregate: saturate instead of wrapping.
+            let _ = self
+                .count
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| {
+                    Some(c.saturating_add(count))
+                });
+        }
+        // Skip the write when the flag is already set (the hot case between two drains).
+        // Sound because the count update, this load and the drainer's swap and count load
+        // are all SeqCst: if this load still sees `true` although a drain cleared it, the
+        // drain came later in the single total order, and its count load sees this update.
+        if !self.dirty.load(Ordering::SeqCst) {
+            self.dirty.store(true, Ordering::SeqCst);
+        }
     }
 
-    /// Reads the statistics. Callers that need a consistent cut clear `dirty` first with
-    /// an acquiring swap.
+    /// Reads the statistics: the count first (SeqCst, it publishes the times), then the
+    /// times.
     fn read(&self, edge: &Edge) -> EdgeSnapshot {
         EdgeSnapshot {
             edge: edge.clone(),
-            count: self.count.load(Ordering::Relaxed),
+            count: self.count.load(Ordering::SeqCst),
             first_seen: Timestamp(self.first_seen.load(Ordering::Relaxed)),
             last_seen: Timestamp(self.last_seen.load(Ordering::Relaxed)),
         }
@@ -229,13 +233,14 @@ impl FlowTable {
     /// The entries changed since the previous drain, in no particular order; their dirty
     /// flags are cleared.
     ///
-    /// No concurrent update is lost: the flag is cleared (with an acquiring swap) *before*
-    /// the statistics are read, so an update either is visible in what this drain returns
-    /// or sets the flag again after the swap and shows up in the next drain.
+    /// No concurrent update is lost: the flag is cleared (with a swap) *before* the
+    /// statistics are read, so an update either is visible in what this drain returns or
+    /// sets the flag again after the swap and shows up in the next drain. (The flag, the
+    /// swap and the count are SeqCst; see `Stats::add`.)
     pub fn drain_dirty(&self) -> Vec<EdgeSnapshot> {
         let mut out = Vec::new();
         for slot in self.map.iter() {
-            if slot.stats.dirty.swap(false, Ordering::AcqRel) {
+            if slot.stats.dirty.swap(false, Ordering::SeqCst) {
                 out.push(slot.stats.read(&slot.edge));
             }
         }
