@@ -5,13 +5,24 @@
 //! record carries, nothing guessed) and [`ClusterSnapshot`] (a `kubectl get -o yaml` dump,
 //! resolved exactly as in a cluster). The leader's in-cluster resolver implements the same
 //! trait over its reflector stores.
+//!
+//! Submodules: `record` ([`RecordOnly`]) and `snapshot` ([`ClusterSnapshot`]); the
+//! helpers below (controller-added labels, selectors from labels) are shared by both and
+//! by the leader.
 
+mod record;
+mod snapshot;
+
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Serialize};
 
 use crate::flow::{Endpoint, Labels, Reserved, Str, WorkloadRef};
+
+pub use record::RecordOnly;
+pub use snapshot::{ClusterSnapshot, ItemRef, Location, SnapshotError};
 
 /// A named container port of a pod, for NetworkPolicy named ports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,4 +90,68 @@ pub enum Resolution {
 /// Resolves endpoints to workloads. Implementations must be cheap to call per edge.
 pub trait Resolver {
     fn resolve(&self, endpoint: &Endpoint) -> Resolution;
+}
+
+/// The label every namespace carries with its own name.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// Labels that controllers add to the pods they create (per revision, per pod or per
+/// job run). They are not part of a workload's identity, so selectors never use them.
+pub const CONTROLLER_LABELS: [&str; 9] = [
+    "pod-template-hash",
+    "controller-revision-hash",
+    "pod-template-generation",
+    "statefulset.kubernetes.io/pod-name",
+    "apps.kubernetes.io/pod-index",
+    "batch.kubernetes.io/controller-uid",
+    "batch.kubernetes.io/job-name",
+    "controller-uid",
+    "job-name",
+];
+
+/// Whether `key` is a label a controller adds to pods: one of [`CONTROLLER_LABELS`], or
+/// any `batch.kubernetes.io/` label (the Job controller also adds
+/// `batch.kubernetes.io/job-completion-index`).
+pub fn is_controller_label(key: &str) -> bool {
+    CONTROLLER_LABELS.contains(&key) || key.starts_with("batch.kubernetes.io/")
+}
+
+/// The pod-template labels behind a pod's labels: the labels minus the controller-added
+/// ones.
+pub fn template_labels(labels: &[(Str, Str)]) -> Labels {
+    labels
+        .iter()
+        .filter(|(k, _)| !is_controller_label(k))
+        .cloned()
+        .collect()
+}
+
+/// A `matchLabels` selector for exactly these labels; `None` when there are none (an
+/// empty selector would select every pod in the namespace).
+pub fn selector_for(labels: &[(Str, Str)]) -> Option<LabelSelector> {
+    if labels.is_empty() {
+        return None;
+    }
+    let match_labels: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Some(LabelSelector {
+        match_labels: Some(match_labels),
+        match_expressions: None,
+    })
+}
+
+/// `selector` unless it selects everything (no labels and no expressions): such a
+/// selector cannot stand for one workload.
+pub fn non_empty_selector(selector: &LabelSelector) -> Option<LabelSelector> {
+    let has_labels = selector
+        .match_labels
+        .as_ref()
+        .is_some_and(|m| !m.is_empty());
+    let has_expressions = selector
+        .match_expressions
+        .as_ref()
+        .is_some_and(|e| !e.is_empty());
+    (has_labels || has_expressions).then(|| selector.clone())
 }

@@ -1,1 +1,0 @@
-//! TODO(session): filled in by the module owner.
