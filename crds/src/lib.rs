@@ -38,10 +38,24 @@ pub fn crds() -> [(&'static str, CustomResourceDefinition); 2] {
     [
         (
             "workloadnetworkpolicyproposals.yaml",
-            WorkloadNetworkPolicyProposal::crd(),
+            kept_on_uninstall(WorkloadNetworkPolicyProposal::crd()),
         ),
-        ("workloadnetworkpolicies.yaml", WorkloadNetworkPolicy::crd()),
+        (
+            "workloadnetworkpolicies.yaml",
+            kept_on_uninstall(WorkloadNetworkPolicy::crd()),
+        ),
     ]
+}
+
+/// Marks a CRD `helm.sh/resource-policy: keep`, so that uninstalling the chart keeps the
+/// users' policies. (Set here rather than with kube-derive's `annotation`, which would
+/// also stamp it on every custom object.)
+fn kept_on_uninstall(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    crd.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert("helm.sh/resource-policy".to_owned(), "keep".to_owned());
+    crd
 }
 
 /// Renders both CRDs as `(file name, YAML document)`, each document starting with

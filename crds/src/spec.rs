@@ -93,7 +93,9 @@ pub enum Backend {
 }
 
 /// Kinds of workload a policy can target.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 pub enum TargetKind {
     /// An `apps/v1` Deployment.
     Deployment,
@@ -104,7 +106,9 @@ pub enum TargetKind {
 }
 
 /// Traffic direction, as a Kubernetes NetworkPolicy policyType.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 pub enum PolicyDirection {
     /// Traffic arriving at the target workload.
     Ingress,
@@ -202,7 +206,6 @@ pub struct IstioOperation {
     namespaced,
     status = "WorkloadNetworkPolicyProposalStatus",
     derive = "PartialEq",
-    annotation("helm.sh/resource-policy", "keep"),
     doc = "A network policy learned from observed flows for one workload and direction. \
            Label it networkenforcer.kubewarden.io/promote=monitor|protect to promote it \
            into a WorkloadNetworkPolicy.",
@@ -269,7 +272,6 @@ pub struct WorkloadNetworkPolicyProposalSpec {
     namespaced,
     status = "WorkloadNetworkPolicyStatus",
     derive = "PartialEq",
-    annotation("helm.sh/resource-policy", "keep"),
     doc = "A network policy for one workload and direction. In monitor mode Network Enforcer \
            records traffic the policy would deny; in protect mode it also creates the native \
            policy and records what the data plane blocks.",

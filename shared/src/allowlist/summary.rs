@@ -52,6 +52,21 @@ pub enum PeerSkip {
     NoIdentity,
 }
 
+impl PeerSkip {
+    /// A stable snake_case label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PeerSkip::NoOwnerInfo => "no_owner_info",
+            PeerSkip::NotFound => "not_found",
+            PeerSkip::Ambiguous => "ambiguous",
+            PeerSkip::NoSelector => "no_selector",
+            PeerSkip::WorldWithoutAddress => "world_without_address",
+            PeerSkip::UnknownIdentity => "unknown_identity",
+            PeerSkip::NoIdentity => "no_identity",
+        }
+    }
+}
+
 impl From<Unresolved> for PeerSkip {
     fn from(u: Unresolved) -> Self {
         match u {

@@ -1,0 +1,372 @@
+//! `ne-leader check`: which captured flows would the given policies not allow?
+//!
+//! Flows are aggregated into edges exactly as for `learn`; each edge's subject is resolved
+//! to its workload and the policy for that workload and direction is found by its
+//! `targetRef` and `direction` (never by comparing selectors). The edge is then evaluated
+//! with real NetworkPolicy or Istio semantics ([`ne_shared::eval`]).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use ne_crds::{
+    PolicyDirection, TargetKind, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
+    WorkloadNetworkPolicySpec,
+};
+use ne_shared::eval::{self, Decision, FlowView, PeerView, PolicyRef};
+use ne_shared::flow::{Direction, EndpointId, Timestamp, WorkloadKind, WorkloadRef};
+use ne_shared::resolve::Resolution;
+use ne_shared::time::format_rfc3339;
+use serde::Serialize;
+
+use super::report::{self, Table};
+use super::{FileReport, ingest, resolver};
+use crate::cli::{CheckArgs, SummaryFormat};
+
+/// A policy read from a file: a wnp, or a proposal checked as if promoted to monitor.
+#[derive(Debug)]
+pub struct LoadedPolicy {
+    pub file: PathBuf,
+    pub namespace: String,
+    pub name: String,
+    pub spec: WorkloadNetworkPolicySpec,
+}
+
+/// One would-be violation: flows of one (source, destination, protocol, port) a policy
+/// does not allow.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// `namespace/name` of the policy.
+    pub policy: String,
+    pub direction: &'static str,
+    pub source: String,
+    pub destination: String,
+    pub protocol: &'static str,
+    pub port: u16,
+    pub count: u64,
+    pub first_seen: String,
+    pub last_seen: String,
+    /// The policy has an invalid part that was treated as matching nothing.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub invalid_policy_part: bool,
+}
+
+/// What `check` found.
+#[derive(Debug, Serialize)]
+pub struct CheckReport {
+    pub policies: usize,
+    pub violations: Vec<Violation>,
+    /// Flows (aggregated) that a policy covers and allows.
+    pub allowed_flows: u64,
+    /// Flows whose subject workload and direction no given policy covers.
+    pub unchecked_flows: u64,
+    /// Flows whose subject is not a Deployment, StatefulSet or DaemonSet, or not resolved.
+    pub unattributed_flows: u64,
+    pub files: Vec<FileReport>,
+}
+
+type TargetKey = (String, TargetKind, String, PolicyDirection);
+
+/// Evaluates the inputs against the policies. Pure apart from reading files.
+pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
+    let policies = load_policies(&args.policy)?;
+    let mut index: BTreeMap<TargetKey, &LoadedPolicy> = BTreeMap::new();
+    for p in &policies {
+        let key = (
+            p.namespace.clone(),
+            p.spec.target_ref.kind,
+            p.spec.target_ref.name.clone(),
+            p.spec.direction,
+        );
+        if let Some(other) = index.insert(key, p) {
+            bail!(
+                "{}/{} ({}) and {}/{} ({}) target the same workload and direction",
+                other.namespace,
+                other.name,
+                other.file.display(),
+                p.namespace,
+                p.name,
+                p.file.display()
+            );
+        }
+    }
+    let ingested = ingest(&args.input)?;
+    let resolver = resolver(args.input.cluster.as_deref())?;
+    let mut found: BTreeMap<(String, String, String, &'static str, u16, &'static str), Violation> =
+        BTreeMap::new();
+    let (mut allowed_flows, mut unchecked_flows, mut unattributed_flows) = (0, 0, 0);
+    for snap in &ingested.edges {
+        let edge = &snap.edge;
+        let subject = resolver.resolve(&edge.subject);
+        let Some((owner, subject_pod)) = subject_workload(&subject) else {
+            unattributed_flows += snap.count;
+            continue;
+        };
+        let Some(policy) = index.get(&target_key(owner, edge.direction)) else {
+            unchecked_flows += snap.count;
+            continue;
+        };
+        let peer = resolver.resolve(&edge.peer);
+        let named_ports = match (edge.direction, &peer) {
+            (Direction::Ingress, _) => subject_pod.named_ports.as_slice(),
+            (Direction::Egress, Resolution::Pod(p)) => p.named_ports.as_slice(),
+            (Direction::Egress, _) => &[],
+        };
+        let view = FlowView {
+            direction: edge.direction,
+            peer: PeerView::from_resolution(&peer),
+            peer_ip: edge.peer.ip,
+            peer_identity: edge.peer.identity.as_deref(),
+            protocol: edge.protocol,
+            port: edge.port,
+            named_ports,
+        };
+        let decision = eval::evaluate(PolicyRef::from(&policy.spec), &policy.namespace, &view)
+            .with_context(|| format!("cannot evaluate {}/{}", policy.namespace, policy.name))?;
+        let Decision::Denied { invalid_skipped } = decision else {
+            allowed_flows += snap.count;
+            continue;
+        };
+        let (local, remote) = (
+            describe(&edge.subject, &subject),
+            describe(&edge.peer, &peer),
+        );
+        let (source, destination) = match edge.direction {
+            Direction::Egress => (local, remote),
+            Direction::Ingress => (remote, local),
+        };
+        let policy_name = format!("{}/{}", policy.namespace, policy.name);
+        let key = (
+            policy_name.clone(),
+            source.clone(),
+            destination.clone(),
+            edge.protocol.as_str(),
+            edge.port,
+            edge.direction.as_str(),
+        );
+        let v = found.entry(key).or_insert_with(|| Violation {
+            policy: policy_name,
+            direction: edge.direction.as_str(),
+            source,
+            destination,
+            protocol: edge.protocol.as_str(),
+            port: edge.port,
+            count: 0,
+            first_seen: String::new(),
+            last_seen: String::new(),
+            invalid_policy_part: invalid_skipped,
+        });
+        merge_seen(v, snap.count, snap.first_seen, snap.last_seen);
+    }
+    Ok(CheckReport {
+        policies: policies.len(),
+        violations: found.into_values().collect(),
+        allowed_flows,
+        unchecked_flows,
+        unattributed_flows,
+        files: ingested.files,
+    })
+}
+
+/// Runs `check`, prints the report on stdout and says whether to fail.
+pub fn run(args: &CheckArgs) -> anyhow::Result<bool> {
+    let report = check(args)?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match args.output {
+        SummaryFormat::Json => {
+            serde_json::to_writer_pretty(&mut out, &report)?;
+            writeln!(out)?;
+        }
+        SummaryFormat::Table => write_table(&mut out, &report)?,
+    }
+    Ok(args.fail_on_violation && !report.violations.is_empty())
+}
+
+fn write_table(out: &mut impl Write, report: &CheckReport) -> std::io::Result<()> {
+    let mut table = Table::new([
+        "POLICY",
+        "DIRECTION",
+        "SOURCE",
+        "DESTINATION",
+        "PROTOCOL",
+        "PORT",
+        "COUNT",
+        "FIRST SEEN",
+        "LAST SEEN",
+    ]);
+    for v in &report.violations {
+        table.row([
+            v.policy.clone()
+                + if v.invalid_policy_part {
+                    " (invalid part)"
+                } else {
+                    ""
+                },
+            v.direction.to_owned(),
+            v.source.clone(),
+            v.destination.clone(),
+            v.protocol.to_owned(),
+            v.port.to_string(),
+            v.count.to_string(),
+            v.first_seen.clone(),
+            v.last_seen.clone(),
+        ]);
+    }
+    writeln!(
+        out,
+        "{} violation(s) against {} policies",
+        report.violations.len(),
+        report.policies
+    )?;
+    if !report.violations.is_empty() {
+        table.write(out)?;
+    }
+    report::counts(
+        out,
+        "flows",
+        [
+            ("allowed".to_owned(), report.allowed_flows),
+            ("not covered by a policy".to_owned(), report.unchecked_flows),
+            (
+                "without a subject workload".to_owned(),
+                report.unattributed_flows,
+            ),
+        ],
+    )?;
+    report::files(out, &report.files)
+}
+
+fn merge_seen(v: &mut Violation, count: u64, first: Timestamp, last: Timestamp) {
+    let (first, last) = (format_rfc3339(first), format_rfc3339(last));
+    if v.count == 0 || first < v.first_seen {
+        v.first_seen = first;
+    }
+    if v.count == 0 || last > v.last_seen {
+        v.last_seen = last;
+    }
+    v.count += count;
+}
+
+fn subject_workload(res: &Resolution) -> Option<(&WorkloadRef, &ne_shared::resolve::ResolvedPod)> {
+    match res {
+        Resolution::Pod(p) => p
+            .owner
+            .as_ref()
+            .filter(|o| o.kind.is_subject())
+            .map(|o| (o, p)),
+        _ => None,
+    }
+}
+
+fn target_key(w: &WorkloadRef, direction: Direction) -> TargetKey {
+    let kind = match w.kind {
+        WorkloadKind::StatefulSet => TargetKind::StatefulSet,
+        WorkloadKind::DaemonSet => TargetKind::DaemonSet,
+        _ => TargetKind::Deployment,
+    };
+    let direction = match direction {
+        Direction::Ingress => PolicyDirection::Ingress,
+        Direction::Egress => PolicyDirection::Egress,
+    };
+    (w.namespace.to_string(), kind, w.name.to_string(), direction)
+}
+
+/// A human name for an endpoint: its workload when resolved, else what the record says.
+fn describe(endpoint: &ne_shared::flow::Endpoint, res: &Resolution) -> String {
+    let base = match (res, &endpoint.id) {
+        (Resolution::Pod(p), _) if p.owner.is_some() => p
+            .owner
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        (_, EndpointId::External(ip)) => ip.to_string(),
+        (_, id) => id.to_string(),
+    };
+    match &endpoint.identity {
+        Some(identity) => format!("{base} ({identity})"),
+        None => base,
+    }
+}
+
+/// Reads every policy document of the given files and directories (`*.yaml`, `*.yml`).
+pub fn load_policies(paths: &[PathBuf]) -> anyhow::Result<Vec<LoadedPolicy>> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut in_dir: Vec<PathBuf> = std::fs::read_dir(path)
+                .with_context(|| format!("cannot list {}", path.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+                .collect();
+            in_dir.sort();
+            files.extend(in_dir);
+        } else {
+            files.push(path.clone());
+        }
+    }
+    let mut policies = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        policies.extend(parse_policies(&file, &text)?);
+    }
+    if policies.is_empty() {
+        bail!(
+            "no WorkloadNetworkPolicy or WorkloadNetworkPolicyProposal found in {}",
+            display_paths(paths)
+        );
+    }
+    Ok(policies)
+}
+
+fn display_paths(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Parses the policy documents of one file; other kinds are ignored.
+pub fn parse_policies(file: &Path, text: &str) -> anyhow::Result<Vec<LoadedPolicy>> {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text)
+        .with_context(|| format!("{}: not valid YAML", file.display()))?;
+    let mut out = Vec::new();
+    for (i, doc) in docs.into_iter().enumerate() {
+        let at = || format!("{} (document {})", file.display(), i + 1);
+        let (namespace, name, spec) = match doc.get("kind").and_then(|k| k.as_str()) {
+            Some("WorkloadNetworkPolicy") => {
+                let p: WorkloadNetworkPolicy = serde_json::from_value(doc)
+                    .with_context(|| format!("{}: invalid WorkloadNetworkPolicy", at()))?;
+                (p.metadata.namespace, p.metadata.name, p.spec)
+            }
+            Some("WorkloadNetworkPolicyProposal") => {
+                let p: WorkloadNetworkPolicyProposal = serde_json::from_value(doc)
+                    .with_context(|| format!("{}: invalid WorkloadNetworkPolicyProposal", at()))?;
+                let s = p.spec;
+                let spec = WorkloadNetworkPolicySpec {
+                    backend: s.backend,
+                    kubernetes: s.kubernetes,
+                    istio: s.istio,
+                    target_ref: s.target_ref,
+                    direction: s.direction,
+                    mode: ne_crds::Mode::Monitor,
+                };
+                (p.metadata.namespace, p.metadata.name, spec)
+            }
+            _ => continue,
+        };
+        let namespace =
+            namespace.with_context(|| format!("{}: metadata.namespace is required", at()))?;
+        let name = name.with_context(|| format!("{}: metadata.name is required", at()))?;
+        out.push(LoadedPolicy {
+            file: file.to_owned(),
+            namespace,
+            name,
+            spec,
+        });
+    }
+    Ok(out)
+}
