@@ -14,6 +14,7 @@ import os
 import random
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flows")
+EXPECTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "expected")
 SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster.yaml")
 RNG = random.Random(20261202)
 BASE = 1_764_583_200  # 2025-12-01T10:00:00Z
@@ -430,18 +431,214 @@ def to_yaml(value, indent=0):
     return "\n".join(lines)
 
 
+# --- expected proposals -----------------------------------------------------------------
+# An independent statement of the learning rules (README "Learning rules"), applied to the
+# records written above with this file's own knowledge of the application. The Rust test
+# compares `ne-leader learn` with these, so neither side can merely echo the other.
+CONTROLLER_LABELS = {"pod-template-hash", "controller-revision-hash", "pod-template-generation",
+                     "statefulset.kubernetes.io/pod-name", "apps.kubernetes.io/pod-index",
+                     "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name",
+                     "controller-uid", "job-name"}
+SUBJECT_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
+EXCLUDED = {"kube-system"}
+BY_POD_NAME = {v[3]: k for k, v in PODS.items()}
+
+
+def template_selector(key):
+    return {k: v for k, v in PODS[key][6].items() if k not in CONTROLLER_LABELS}
+
+
+def workload_selector(key):
+    """What the workload object's .spec.selector says (cluster.yaml)."""
+    return {k: v for k, v in PODS[key][6].items() if k in ("app", "k8s-app")}
+
+
+class Expected:
+    def __init__(self, backend):
+        self.backend = backend
+        self.lists = {}
+
+    def add(self, subject_key, direction, peer, proto, port, t_ns, count, dns=None, selector=template_selector):
+        ns, kind, owner = PODS[subject_key][0], PODS[subject_key][1], PODS[subject_key][2]
+        if kind not in SUBJECT_KINDS or ns in EXCLUDED:
+            return
+        entry = self.lists.setdefault((ns, kind, owner, direction), {"selector": selector(subject_key), "peers": {}})
+        ev = entry["peers"].setdefault(peer, {}).setdefault((proto, port), {"first": t_ns, "last": t_ns, "count": 0, "dns": set()})
+        ev["first"], ev["last"] = min(ev["first"], t_ns), max(ev["last"], t_ns)
+        ev["count"] += count
+        if dns:
+            ev["dns"].add(dns)
+
+    def proposals(self):
+        out = []
+        for (ns, kind, owner, direction), entry in sorted(self.lists.items()):
+            rules, rows = [], []
+            for peer, ports in entry["peers"].items():
+                ports_sorted = sorted(ports)
+                if self.backend == "kubernetes":
+                    if peer[0] == "pods":
+                        np_peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": peer[1]}},
+                                   "podSelector": {"matchLabels": dict(peer[2])}}
+                        peer_text = "pods:%s/%s" % (peer[1], ",".join("%s=%s" % kv for kv in peer[2]))
+                    else:
+                        np_peer = {"ipBlock": {"cidr": peer[1] + "/32"}}
+                        peer_text = "ip:%s/32" % peer[1]
+                    rules.append({("from" if direction == "Ingress" else "to"): [np_peer],
+                                  "ports": [{"port": p, "protocol": pr} for pr, p in ports_sorted]})
+                else:
+                    peer_text = "principal:" + peer[1]
+                    rules.append({"from": [{"source": {"principals": [peer[1]]}}],
+                                  "to": [{"operation": {"ports": [str(p) for _, p in ports_sorted]}}]})
+                for pp in ports_sorted:
+                    ev = ports[pp]
+                    row = {"peer": peer_text, "protocol": pp[0], "port": pp[1], "firstSeen": stamp(ev["first"]),
+                           "lastSeen": stamp(ev["last"]), "flowCount": ev["count"]}
+                    if ev["dns"]:
+                        row["dnsName"] = ",".join(sorted(ev["dns"]))
+                    rows.append(row)
+            selector = {"matchLabels": entry["selector"]}
+            if self.backend == "kubernetes":
+                payload = {"kubernetes": {"podSelector": selector, "policyTypes": [direction],
+                                          direction.lower(): rules}}
+            else:
+                payload = {"istio": {"selector": selector, "rules": rules}}
+            spec = {"backend": self.backend}
+            spec.update(payload)
+            spec.update({"targetRef": {"kind": kind, "name": owner}, "direction": direction})
+            out.append({"apiVersion": "networkenforcer.kubewarden.io/v1alpha1",
+                        "kind": "WorkloadNetworkPolicyProposal",
+                        "metadata": {"labels": {"app.kubernetes.io/managed-by": "network-enforcer"},
+                                     "name": "%s-%s-%s" % (kind.lower(), owner, direction.lower()),
+                                     "namespace": ns},
+                        "spec": spec,
+                        "status": {"learningSince": min(r["firstSeen"] for r in rows), "conditions": [],
+                                   "peers": rows, "flowCount": sum(r["flowCount"] for r in rows)}})
+        return out
+
+
+def stamp(t_ns):
+    import time
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_ns // 1_000_000_000))
+
+
+def parse_ts(text):
+    import calendar
+    whole, frac = text.rstrip("Z").split(".")
+    secs = calendar.timegm(time_struct(whole))
+    return secs * 1_000_000_000 + int((frac + "000000000")[:9])
+
+
+def time_struct(whole):
+    import time
+    return time.strptime(whole, "%Y-%m-%dT%H:%M:%S")
+
+
+def pod_peer(key, selector):
+    return ("pods", PODS[key][0], tuple(sorted(selector(key).items())))
+
+
+def expected_hubble(records, selector):
+    exp = Expected("kubernetes")
+    for rec in records:
+        f = rec["flow"]
+        if f["verdict"] != "FORWARDED" or f.get("is_reply") is not False:
+            continue
+        egress = f["traffic_direction"] == "EGRESS"
+        subject, peer = (f["source"], f["destination"]) if egress else (f["destination"], f["source"])
+        if "pod_name" not in subject:
+            continue
+        if peer.get("labels") == ["reserved:world"]:
+            peer_key = ("ip", f["IP"]["destination" if egress else "source"])
+        elif "pod_name" in peer:
+            peer_key = pod_peer(BY_POD_NAME[peer["pod_name"]], selector)
+        else:
+            continue  # host: an unmanaged peer, never a rule
+        proto = next(iter(f["l4"]))
+        port = f["l4"][proto]["destination_port"]
+        dns = (f.get("destination_names") or [None])[0] if egress else None
+        exp.add(BY_POD_NAME[subject["pod_name"]], "Egress" if egress else "Ingress", peer_key, proto, port,
+                parse_ts(f["time"]), 1, dns, selector)
+    return exp.proposals()
+
+
+def expected_ztunnel(lines):
+    import re
+    exp = Expected("istio")
+    for line in lines:
+        if " F " not in line:
+            continue
+        payload = line.split(" ", 3)[3]
+        fields = dict(re.findall(r'(\S+?)=("[^"]*"|\S+)', payload.split("\t", 4)[-1]))
+        fields = {k: v.strip('"') for k, v in fields.items()}
+        if fields.get("direction") != "inbound" or "error" in fields or "src.identity" not in fields:
+            continue
+        port = int(fields["dst.hbone_addr"].rsplit(":", 1)[1])
+        principal = fields["src.identity"][len("spiffe://"):]
+        exp.add(BY_POD_NAME[fields["dst.workload"]], "Ingress", ("principal", principal), "TCP", port,
+                parse_ts(payload.split("\t", 1)[0]), 1, selector=workload_selector)
+    return exp.proposals()
+
+
+def joined(lines):
+    """Undoes the CRI framing the generator applied: P pieces joined to their F piece."""
+    out, pending = [], ""
+    for line in lines:
+        stamp_, stream, tag, payload = line.split(" ", 3)
+        if tag == "P":
+            pending += payload
+        else:
+            out.append(" ".join((stamp_, stream, "F", pending + payload)))
+            pending = ""
+    return out
+
+
+def expected_goldmane(records):
+    exp = Expected("kubernetes")
+    for rec in records:
+        k = rec["Key"]
+        if k["action"] != "Allow":
+            continue
+        egress = k["reporter"] == "Src"
+        subject_name, peer_name = (k["sourceName"], k["destName"]) if egress else (k["destName"], k["sourceName"])
+        subject = next((key for key in PODS if gm_name(key)[0] == subject_name), None)
+        if subject is None or not subject_name.endswith("*"):
+            continue  # a pod named without '*' (the CronJob's): its owner is not in the record
+        peer = next((key for key in PODS if gm_name(key)[0] == peer_name), None)
+        if peer is None:
+            continue  # 'pub': outside the cluster without an address
+        exp.add(subject, "Egress" if egress else "Ingress", pod_peer(peer, template_selector),
+                k["proto"].upper(), int(k["destPort"]), int(rec["startTime"]) * 1_000_000_000,
+                int(rec["numConnectionsStarted"]))
+    return exp.proposals()
+
+
+def write_expected(name, proposals):
+    os.makedirs(EXPECTED, exist_ok=True)
+    with open(os.path.join(EXPECTED, name), "w") as f:
+        f.write("# Written by examples/generate.py from its own model of the application; the\n")
+        f.write("# test learn_examples compares `ne-leader learn` with it.\n")
+        for p in proposals:
+            f.write("---\n" + to_yaml(p) + "\n")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
-    clock = Clock()
+    hubble_records = hubble(Clock())
     with open(os.path.join(OUT, "hubble.jsonl"), "w") as f:
-        for rec in hubble(clock):
+        for rec in hubble_records:
             f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+    ztunnel_lines = ztunnel(Clock())
     with open(os.path.join(OUT, "ztunnel.log"), "w") as f:
-        for line in ztunnel(Clock()):
+        for line in ztunnel_lines:
             f.write(line + "\n")
+    goldmane_records = goldmane()
     with open(os.path.join(OUT, "goldmane.jsonl"), "w") as f:
-        for rec in goldmane():
+        for rec in goldmane_records:
             f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+    write_expected("hubble.yaml", expected_hubble(hubble_records, template_selector))
+    write_expected("hubble-cluster.yaml", expected_hubble(hubble_records, workload_selector))
+    write_expected("ztunnel-cluster.yaml", expected_ztunnel(joined(ztunnel_lines)))
+    write_expected("goldmane.yaml", expected_goldmane(goldmane_records))
     with open(SNAPSHOT, "w") as f:
         f.write("# kubectl get namespaces,pods,replicasets,deployments,statefulsets,daemonsets,jobs,cronjobs -A -o yaml\n")
         f.write("# (trimmed to the fields owner resolution reads) for the example in flows/\n")
