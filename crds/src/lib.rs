@@ -83,4 +83,6 @@ pub fn crd_yaml_stream() -> Result<String, serde_saphyr::SerializeError> {
 }
 
 #[cfg(test)]
+mod cel_tests;
+#[cfg(test)]
 mod tests;
