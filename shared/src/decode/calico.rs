@@ -90,6 +90,7 @@ pub fn decode(line: &[u8]) -> Result<Decoded, DecodeError> {
         namespace: present(&f.source_namespace),
         labels: &f.source_labels,
         ip: src_ip,
+        aggregate: present(&f.source_name_aggr),
     });
     let destination = calico_endpoint(CalicoSide {
         kind: f.dest_type.as_ref().and_then(CalicoType::parse),
@@ -97,6 +98,7 @@ pub fn decode(line: &[u8]) -> Result<Decoded, DecodeError> {
         namespace: present(&f.dest_namespace),
         labels: &f.dest_labels,
         ip: dst_ip,
+        aggregate: present(&f.dest_name_aggr),
     });
     let started = f.num_flows_started.or(f.num_flows).unwrap_or_default().0;
     Ok(Decoded::Record(FlowRecord {

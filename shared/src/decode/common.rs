@@ -372,6 +372,9 @@ pub(crate) struct CalicoSide<'r> {
     pub namespace: Option<&'r str>,
     pub labels: &'r LabelList<'r>,
     pub ip: Option<IpAddr>,
+    /// Felix flow logs: the `GenerateName*` aggregate beside a pod name. When its labels
+    /// prove the owner, the endpoint is that workload (with the pod's address kept).
+    pub aggregate: Option<&'r str>,
 }
 
 /// The Calico endpoint rules (Goldmane and Felix flow logs):
@@ -396,7 +399,20 @@ pub(crate) fn calico_endpoint(side: CalicoSide<'_>) -> Endpoint {
         Some(CalicoType::Network | CalicoType::NetworkSet) => outside(side.ip),
         Some(CalicoType::Host) => EndpointId::Reserved(Reserved::Host),
         Some(CalicoType::Workload) => match (side.namespace, side.name) {
-            (Some(ns), Some(name)) => workload_id(ns, name, side.labels),
+            (Some(ns), Some(name)) => side
+                .aggregate
+                .and_then(|agg| agg.strip_suffix('*'))
+                .and_then(|prefix| aggregate_owner(prefix, side.labels))
+                .map_or_else(
+                    || workload_id(ns, name, side.labels),
+                    |(kind, owner)| {
+                        EndpointId::Workload(WorkloadRef {
+                            namespace: ns.into(),
+                            kind,
+                            name: owner.into(),
+                        })
+                    },
+                ),
             _ => EndpointId::Reserved(Reserved::Unknown),
         },
         None => EndpointId::Reserved(Reserved::Unknown),

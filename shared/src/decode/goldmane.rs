@@ -140,6 +140,7 @@ fn record(
         namespace: present(&key.source_namespace),
         labels: src_labels,
         ip: None,
+        aggregate: None,
     });
     let destination = calico_endpoint(CalicoSide {
         kind: key.dest_type.as_ref().and_then(CalicoType::parse),
@@ -147,6 +148,7 @@ fn record(
         namespace: present(&key.dest_namespace),
         labels: dst_labels,
         ip: None,
+        aggregate: None,
     });
     Ok(FlowRecord {
         time,
