@@ -61,7 +61,8 @@ pub struct InputArgs {
 pub struct LearnArgs {
     #[command(flatten)]
     pub input: InputArgs,
-    /// Directory to write one `<name>.yaml` per proposal into, or `-` for a YAML stream on stdout.
+    /// Directory to write one `<name>.yaml` per proposal into (`<namespace>.<name>.yaml` for a
+    /// name that several namespaces share), or `-` for a YAML stream on stdout.
     #[arg(long, short, default_value = "-")]
     pub output: String,
     /// Namespaces whose workloads get no proposals (they still appear as peers).

@@ -4,18 +4,23 @@
 //! to its workload and the policy for that workload and direction is found by its
 //! `targetRef` and `direction` (never by comparing selectors). The edge is then evaluated
 //! with real NetworkPolicy or Istio semantics ([`ne_shared::eval`]).
+//!
+//! Two cases are not violations: flows a policy cannot restrict, and, for
+//! NetworkPolicy, ingress from the subject's own node (kubelet probes), which every
+//! implementation allows whatever the policy says. A policy that checked no flow at all
+//! is reported, so that a typo in its `targetRef` does not read as "no violations".
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use ne_crds::{
-    PolicyDirection, TargetKind, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
+    Backend, PolicyDirection, TargetKind, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
     WorkloadNetworkPolicySpec,
 };
 use ne_shared::eval::{self, Decision, FlowView, PeerView, PolicyRef};
-use ne_shared::flow::{Direction, EndpointId, Timestamp, WorkloadKind, WorkloadRef};
+use ne_shared::flow::{Direction, EndpointId, Reserved, Timestamp, WorkloadKind, WorkloadRef};
 use ne_shared::resolve::Resolution;
 use ne_shared::time::format_rfc3339;
 use serde::Serialize;
@@ -63,7 +68,28 @@ pub struct CheckReport {
     pub unchecked_flows: u64,
     /// Flows whose subject is not a Deployment, StatefulSet or DaemonSet, or not resolved.
     pub unattributed_flows: u64,
+    /// Of those, flows whose subject's owner is not known (`--cluster` may resolve them).
+    pub unresolved_subject_flows: u64,
+    /// Ingress flows from the subject's own node (kubelet probes) under a NetworkPolicy:
+    /// implementations always allow them, so they are never violations.
+    pub node_local_flows: u64,
+    /// Policies that checked no flow: their target was not seen, or not in their direction.
+    pub idle_policies: Vec<IdlePolicy>,
     pub files: Vec<FileReport>,
+}
+
+/// A policy no flow was evaluated against.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct IdlePolicy {
+    /// `namespace/name` of the policy.
+    pub policy: String,
+    pub file: PathBuf,
+    /// `Kind/name` of its `targetRef`.
+    pub target_ref: String,
+    pub direction: &'static str,
+    /// Whether the target workload appears in the flows at all (as subject or peer). When
+    /// it does not, the `targetRef` may well be a typo.
+    pub workload_seen: bool,
 }
 
 type TargetKey = (String, TargetKind, String, PolicyDirection);
@@ -96,18 +122,38 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
     let mut found: BTreeMap<(String, String, String, &'static str, u16, &'static str), Violation> =
         BTreeMap::new();
     let (mut allowed_flows, mut unchecked_flows, mut unattributed_flows) = (0, 0, 0);
+    let (mut node_local_flows, mut unresolved_subject_flows) = (0, 0);
+    // Workloads the flows name (subjects and peers), and the policies that checked a flow.
+    let mut seen: BTreeSet<(String, TargetKind, String)> = BTreeSet::new();
+    let mut used: BTreeSet<TargetKey> = BTreeSet::new();
     for snap in &ingested.edges {
         let edge = &snap.edge;
         let subject = resolver.resolve(&edge.subject);
+        let peer = resolver.resolve(&edge.peer);
+        if let Some((owner, _)) = subject_workload(&peer) {
+            seen.insert(workload_key(owner));
+        }
         let Some((owner, subject_pod)) = subject_workload(&subject) else {
             unattributed_flows += snap.count;
+            if !matches!(&subject, Resolution::Pod(p) if p.owner.is_some()) {
+                unresolved_subject_flows += snap.count;
+            }
             continue;
         };
-        let Some(policy) = index.get(&target_key(owner, edge.direction)) else {
+        seen.insert(workload_key(owner));
+        let key = target_key(owner, edge.direction);
+        let Some(policy) = index.get(&key) else {
             unchecked_flows += snap.count;
             continue;
         };
-        let peer = resolver.resolve(&edge.peer);
+        used.insert(key);
+        if policy.spec.backend == Backend::Kubernetes
+            && edge.direction == Direction::Ingress
+            && matches!(peer, Resolution::Reserved(Reserved::Host))
+        {
+            node_local_flows += snap.count;
+            continue;
+        }
         let named_ports = match (edge.direction, &peer) {
             (Direction::Ingress, _) => subject_pod.named_ports.as_slice(),
             (Direction::Egress, Resolution::Pod(p)) => p.named_ports.as_slice(),
@@ -159,12 +205,26 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
         });
         merge_seen(v, snap.count, snap.first_seen, snap.last_seen);
     }
+    let idle_policies = index
+        .iter()
+        .filter(|(key, _)| !used.contains(*key))
+        .map(|((namespace, kind, name, direction), p)| IdlePolicy {
+            policy: format!("{}/{}", p.namespace, p.name),
+            file: p.file.clone(),
+            target_ref: format!("{}/{name}", target_kind_str(*kind)),
+            direction: direction_str(*direction),
+            workload_seen: seen.contains(&(namespace.clone(), *kind, name.clone())),
+        })
+        .collect();
     Ok(CheckReport {
         policies: policies.len(),
         violations: found.into_values().collect(),
         allowed_flows,
         unchecked_flows,
         unattributed_flows,
+        unresolved_subject_flows,
+        node_local_flows,
+        idle_policies,
         files: ingested.files,
     })
 }
@@ -233,8 +293,28 @@ fn write_table(out: &mut impl Write, report: &CheckReport) -> std::io::Result<()
                 "without a subject workload".to_owned(),
                 report.unattributed_flows,
             ),
+            (
+                "from the subject's own node (always allowed)".to_owned(),
+                report.node_local_flows,
+            ),
         ],
     )?;
+    for idle in &report.idle_policies {
+        let why = if idle.workload_seen {
+            format!("no {} flows of its target were seen", idle.direction)
+        } else if report.unresolved_subject_flows > 0 {
+            "it matches no workload seen in the flows (some flows have no resolved workload: use --cluster)".to_owned()
+        } else {
+            "it matches no workload seen in the flows".to_owned()
+        };
+        writeln!(
+            out,
+            "note: {} ({}): targetRef {} checked nothing: {why}",
+            idle.policy,
+            idle.file.display(),
+            idle.target_ref,
+        )?;
+    }
     report::files(out, &report.files)
 }
 
@@ -260,17 +340,38 @@ fn subject_workload(res: &Resolution) -> Option<(&WorkloadRef, &ne_shared::resol
     }
 }
 
-fn target_key(w: &WorkloadRef, direction: Direction) -> TargetKey {
+/// `(namespace, kind, name)` of a subject workload (see [`subject_workload`]).
+fn workload_key(w: &WorkloadRef) -> (String, TargetKind, String) {
     let kind = match w.kind {
         WorkloadKind::StatefulSet => TargetKind::StatefulSet,
         WorkloadKind::DaemonSet => TargetKind::DaemonSet,
         _ => TargetKind::Deployment,
     };
+    (w.namespace.to_string(), kind, w.name.to_string())
+}
+
+fn target_key(w: &WorkloadRef, direction: Direction) -> TargetKey {
+    let (namespace, kind, name) = workload_key(w);
     let direction = match direction {
         Direction::Ingress => PolicyDirection::Ingress,
         Direction::Egress => PolicyDirection::Egress,
     };
-    (w.namespace.to_string(), kind, w.name.to_string(), direction)
+    (namespace, kind, name, direction)
+}
+
+fn target_kind_str(kind: TargetKind) -> &'static str {
+    match kind {
+        TargetKind::Deployment => "Deployment",
+        TargetKind::StatefulSet => "StatefulSet",
+        TargetKind::DaemonSet => "DaemonSet",
+    }
+}
+
+fn direction_str(direction: PolicyDirection) -> &'static str {
+    match direction {
+        PolicyDirection::Ingress => "Ingress",
+        PolicyDirection::Egress => "Egress",
+    }
 }
 
 /// A human name for an endpoint: its workload when resolved, else what the record says.

@@ -1,6 +1,6 @@
 //! `ne-leader learn`: captured flows in, one proposal per workload and direction out.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::Path;
 
@@ -19,7 +19,7 @@ pub struct LearnReport {
     pub provider: &'static str,
     pub files: Vec<FileReport>,
     /// Flows that made no edge, by reason.
-    pub flows_without_edge: std::collections::BTreeMap<&'static str, u64>,
+    pub flows_without_edge: BTreeMap<&'static str, u64>,
     /// Edges dropped because the aggregation table was full.
     pub table_drops: u64,
     pub summary: LearnSummary,
@@ -111,13 +111,28 @@ fn write_proposals(
     }
     let dir = Path::new(output);
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut namespaces_of: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for p in proposals {
+        let name = p.metadata.name.as_deref().unwrap_or_default();
+        let namespace = p.metadata.namespace.as_deref().unwrap_or_default();
+        namespaces_of.entry(name).or_default().insert(namespace);
+    }
     for p in proposals {
         let name = p
             .metadata
             .name
             .as_deref()
             .context("a proposal has no name")?;
-        let path = dir.join(format!("{name}.yaml"));
+        // Names are unique per namespace only: `deployment-api-ingress` may exist in two
+        // namespaces. Those files get the namespace in front (a namespace has no dots),
+        // so that neither overwrites the other.
+        let file = match p.metadata.namespace.as_deref() {
+            Some(ns) if namespaces_of.get(name).is_some_and(|s| s.len() > 1) => {
+                format!("{ns}.{name}.yaml")
+            }
+            _ => format!("{name}.yaml"),
+        };
+        let path = dir.join(file);
         let yaml = serde_saphyr::to_string(p).context("cannot serialise a proposal as YAML")?;
         std::fs::write(&path, yaml).with_context(|| format!("cannot write {}", path.display()))?;
     }

@@ -24,6 +24,9 @@ use crate::cli::{InputArgs, InputFormat};
 /// Edges an offline run may hold; beyond this, new edges are dropped and counted.
 const TABLE_CAPACITY: usize = 1 << 22;
 
+/// Non-empty lines `--format auto` looks at for one that tells the format.
+const DETECT_LINES: usize = 20;
+
 /// What reading one input file produced.
 #[derive(Debug, Serialize)]
 pub struct FileReport {
@@ -116,23 +119,29 @@ fn resolve_format(requested: InputFormat, path: &Path, bytes: &[u8]) -> anyhow::
         InputFormat::GoldmaneJson => Format::GoldmaneJson,
         InputFormat::CalicoFlowlog => Format::CalicoFlowLog,
         InputFormat::Auto => {
-            let Some((number, first)) = bytes
+            // The first line that tells the format decides; a bad line before it (say,
+            // a capture cut mid-record) is then decoded, and counted, like any bad line.
+            let mut lines = bytes
                 .split(|&b| b == b'\n')
                 .enumerate()
-                .find(|(_, line)| !line.trim_ascii().is_empty())
-            else {
+                .filter(|(_, line)| !line.trim_ascii().is_empty())
+                .take(DETECT_LINES);
+            let Some((first, line)) = lines.next() else {
                 bail!(
                     "{}: the file is empty, so its format cannot be detected (give --format)",
                     path.display()
                 )
             };
-            Format::detect(first).with_context(|| {
-                format!(
-                    "{}:{}: cannot detect the format from this line (give --format hubble-json|ztunnel|goldmane-json|calico-flowlog)",
-                    path.display(),
-                    number + 1
-                )
-            })?
+            std::iter::once((first, line))
+                .chain(lines)
+                .find_map(|(_, line)| Format::detect(line))
+                .with_context(|| {
+                    format!(
+                        "{}:{}: cannot detect the format from this line nor the next ones (give --format hubble-json|ztunnel|goldmane-json|calico-flowlog)",
+                        path.display(),
+                        first + 1
+                    )
+                })?
         }
     })
 }
