@@ -16,11 +16,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use ne_crds::{
-    Backend, PolicyDirection, TargetKind, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
+    PolicyDirection, TargetKind, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
     WorkloadNetworkPolicySpec,
 };
-use ne_shared::eval::{self, Decision, FlowView, PeerView, PolicyRef};
-use ne_shared::flow::{Direction, EndpointId, Reserved, Timestamp, WorkloadKind, WorkloadRef};
+use ne_shared::eval::{self, Decision, PolicyRef};
+use ne_shared::flow::{Direction, EndpointId, Timestamp, WorkloadKind, WorkloadRef};
 use ne_shared::resolve::Resolution;
 use ne_shared::time::format_rfc3339;
 use serde::Serialize;
@@ -130,10 +130,10 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
         let edge = &snap.edge;
         let subject = resolver.resolve(&edge.subject);
         let peer = resolver.resolve(&edge.peer);
-        if let Some((owner, _)) = subject_workload(&peer) {
+        if let Some(owner) = subject_workload(&peer) {
             seen.insert(workload_key(owner));
         }
-        let Some((owner, subject_pod)) = subject_workload(&subject) else {
+        let Some(owner) = subject_workload(&subject) else {
             unattributed_flows += snap.count;
             if !matches!(&subject, Resolution::Pod(p) if p.owner.is_some()) {
                 unresolved_subject_flows += snap.count;
@@ -147,32 +147,19 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
             continue;
         };
         used.insert(key);
-        if policy.spec.backend == Backend::Kubernetes
-            && edge.direction == Direction::Ingress
-            && matches!(peer, Resolution::Reserved(Reserved::Host))
-        {
-            node_local_flows += snap.count;
-            continue;
-        }
-        let named_ports = match (edge.direction, &peer) {
-            (Direction::Ingress, _) => subject_pod.named_ports.as_slice(),
-            (Direction::Egress, Resolution::Pod(p)) => p.named_ports.as_slice(),
-            (Direction::Egress, _) => &[],
-        };
-        let view = FlowView {
-            direction: edge.direction,
-            peer: PeerView::from_resolution(&peer),
-            peer_ip: edge.peer.ip,
-            peer_identity: edge.peer.identity.as_deref(),
-            protocol: edge.protocol,
-            port: edge.port,
-            named_ports,
-        };
+        let view = eval::flow_view(edge, &subject, &peer);
         let decision = eval::evaluate(PolicyRef::from(&policy.spec), &policy.namespace, &view)
             .with_context(|| format!("cannot evaluate {}/{}", policy.namespace, policy.name))?;
-        let Decision::Denied { invalid_skipped } = decision else {
-            allowed_flows += snap.count;
-            continue;
+        let invalid_skipped = match decision {
+            Decision::Denied { invalid_skipped } => invalid_skipped,
+            Decision::NodeLocal => {
+                node_local_flows += snap.count;
+                continue;
+            }
+            Decision::NotRestricted | Decision::Allowed { .. } => {
+                allowed_flows += snap.count;
+                continue;
+            }
         };
         let (local, remote) = (
             describe(&edge.subject, &subject),
@@ -329,13 +316,9 @@ fn merge_seen(v: &mut Violation, count: u64, first: Timestamp, last: Timestamp) 
     v.count += count;
 }
 
-fn subject_workload(res: &Resolution) -> Option<(&WorkloadRef, &ne_shared::resolve::ResolvedPod)> {
+fn subject_workload(res: &Resolution) -> Option<&WorkloadRef> {
     match res {
-        Resolution::Pod(p) => p
-            .owner
-            .as_ref()
-            .filter(|o| o.kind.is_subject())
-            .map(|o| (o, p)),
+        Resolution::Pod(p) => p.owner.as_ref().filter(|o| o.kind.is_subject()),
         _ => None,
     }
 }

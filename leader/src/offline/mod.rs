@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use ne_shared::decode::{DecodeStats, Format, LineDecoder, SkipReason};
+use ne_shared::decode::{DecodeStats, Format, decode_lines_strict};
 use ne_shared::edge::{EdgeSkip, Provider};
 use ne_shared::resolve::{ClusterSnapshot, RecordOnly, Resolver};
 use ne_shared::table::{EdgeSnapshot, FlowTable};
@@ -152,32 +152,18 @@ fn decode_file(
     format: Format,
     bytes: &[u8],
     strict: bool,
-    mut on_record: impl FnMut(ne_shared::flow::FlowRecord),
+    on_record: impl FnMut(ne_shared::flow::FlowRecord),
 ) -> anyhow::Result<DecodeStats> {
-    let mut decoder = LineDecoder::new(format);
-    let mut stats = DecodeStats::default();
-    let mut lines = bytes.split(|&b| b == b'\n').peekable();
-    let mut number = 0;
-    while let Some(line) = lines.next() {
-        if line.is_empty() && lines.peek().is_none() {
-            break;
-        }
-        number += 1;
-        let result = decoder.feed(line);
-        if strict && let Err(error) = &result {
-            bail!(
-                "{}:{number}: {error} (as {})",
-                path.display(),
-                format.as_str()
-            );
-        }
-        if let Some(flow) = stats.account(number, result) {
-            on_record(flow);
-        }
-        stats.add_skip(SkipReason::CriPartialAbandoned, decoder.take_abandoned());
+    match decode_lines_strict(format, bytes, strict, on_record) {
+        (stats, None) => Ok(stats),
+        (_, Some(e)) => bail!(
+            "{}:{}: {} (as {})",
+            path.display(),
+            e.line,
+            e.error,
+            format.as_str()
+        ),
     }
-    stats.add_skip(SkipReason::CriPartialAtEof, decoder.finish());
-    Ok(stats)
 }
 
 fn file_report(path: &Path, format: Format, stats: &DecodeStats) -> FileReport {

@@ -952,6 +952,13 @@ proptest! {
             } else if provider == Provider::Istio && e.protocol != Protocol::Tcp {
                 // ztunnel does not authorize UDP: nothing to learn, nothing to deny.
                 prop_assert_eq!(decision, Decision::NotRestricted);
+            } else if provider != Provider::Istio
+                && e.direction == Direction::Ingress
+                && e.peer.id == EndpointId::Reserved(Reserved::Host)
+            {
+                // A NetworkPolicy never blocks the pod's own node: an unmanaged peer, but
+                // no violation.
+                prop_assert_eq!(decision, Decision::NodeLocal);
             } else {
                 prop_assert_eq!(decision, Decision::Denied { invalid_skipped: false }, "{:?}", e);
             }

@@ -420,12 +420,23 @@ impl DecodeStats {
 }
 
 /// Decodes every `\n`-separated line of `input` (a final line without `\n` included),
-/// handing each record to `on_record`.
+/// handing each record to `on_record`. Bad lines are counted in the stats.
 pub fn decode_lines(
     format: Format,
     input: &[u8],
-    mut on_record: impl FnMut(FlowRecord),
+    on_record: impl FnMut(FlowRecord),
 ) -> DecodeStats {
+    decode_lines_strict(format, input, false, on_record).0
+}
+
+/// As [`decode_lines`]; with `strict`, stops at the first bad line and returns it beside
+/// the stats up to it.
+pub fn decode_lines_strict(
+    format: Format,
+    input: &[u8],
+    strict: bool,
+    mut on_record: impl FnMut(FlowRecord),
+) -> (DecodeStats, Option<LineError>) {
     let mut decoder = LineDecoder::new(format);
     let mut stats = DecodeStats::default();
     let mut lines = input.split(|&b| b == b'\n').peekable();
@@ -435,13 +446,26 @@ pub fn decode_lines(
             break; // the empty rest after a final '\n'
         }
         number += 1;
-        if let Some(rec) = stats.account(number, decoder.feed(line)) {
-            on_record(rec);
+        match decoder.feed(line) {
+            Err(error) if strict => {
+                return (
+                    stats,
+                    Some(LineError {
+                        line: number,
+                        error,
+                    }),
+                );
+            }
+            result => {
+                if let Some(rec) = stats.account(number, result) {
+                    on_record(rec);
+                }
+            }
         }
         stats.add_skip(SkipReason::CriPartialAbandoned, decoder.take_abandoned());
     }
     stats.add_skip(SkipReason::CriPartialAtEof, decoder.finish());
-    stats
+    (stats, None)
 }
 
 /// Strips one trailing `\r` (CRLF input).

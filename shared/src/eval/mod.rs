@@ -95,6 +95,9 @@ pub enum Decision {
     /// The policy does not restrict this flow (other direction, a `policyTypes` without
     /// it, or traffic Istio's ztunnel does not authorize: egress, non-TCP).
     NotRestricted,
+    /// Ingress from the subject's own node (kubelet probes): a NetworkPolicy always allows
+    /// it, and Cilium and Calico do by default.
+    NodeLocal,
     /// Rule number `rule` (in the direction's rule list) allows the flow.
     Allowed { rule: usize },
     /// No rule allows the flow. `invalid_skipped`: an invalid part of the spec was met and
@@ -242,24 +245,32 @@ pub fn check_edge(
 ) -> Result<Decision, EvalError> {
     let subject = resolver.resolve(&edge.subject);
     let peer = resolver.resolve(&edge.peer);
+    evaluate(policy, policy_namespace, &flow_view(edge, &subject, &peer))
+}
+
+/// The [`FlowView`] of an edge whose subject and peer are already resolved.
+pub fn flow_view<'a>(
+    edge: &'a Edge,
+    subject: &'a Resolution,
+    peer: &'a Resolution,
+) -> FlowView<'a> {
     let named_ports = match edge.direction {
-        Direction::Ingress => pod_ports(&subject),
-        Direction::Egress => pod_ports(&peer),
+        Direction::Ingress => pod_ports(subject),
+        Direction::Egress => pod_ports(peer),
     };
-    let peer_ip = match &peer {
+    let peer_ip = match peer {
         Resolution::External(ip) => Some(*ip),
         _ => edge.peer.ip,
     };
-    let flow = FlowView {
+    FlowView {
         direction: edge.direction,
-        peer: PeerView::from_resolution(&peer),
+        peer: PeerView::from_resolution(peer),
         peer_ip,
         peer_identity: edge.peer.identity.as_deref(),
         protocol: edge.protocol,
         port: edge.port,
         named_ports,
-    };
-    evaluate(policy, policy_namespace, &flow)
+    }
 }
 
 fn pod_ports(r: &Resolution) -> &[NamedPort] {

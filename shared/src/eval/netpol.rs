@@ -23,12 +23,15 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::cidr::Cidr;
 use super::{Decision, FlowView, PeerView, Problem, Scan, SpecIssue, selector};
-use crate::flow::{Direction, Protocol};
+use crate::flow::{Direction, Protocol, Reserved};
 
 /// Evaluates `flow` against `spec`, a policy in `namespace` that selects the subject.
 pub fn evaluate(spec: &NetworkPolicySpec, namespace: &str, flow: &FlowView<'_>) -> Decision {
     if !restricts(spec, flow.direction) {
         return Decision::NotRestricted;
+    }
+    if flow.direction == Direction::Ingress && flow.peer == PeerView::Reserved(Reserved::Host) {
+        return Decision::NodeLocal;
     }
     let mut scan = Scan::default();
     let mut matches = |peers: Option<&[NetworkPolicyPeer]>, ports: Option<&[NetworkPolicyPort]>| {

@@ -170,9 +170,9 @@ fn pod_only_peer_is_in_the_policy_namespace() {
             DENIED,
         ),
         (
-            "host identity",
+            "another node's identity",
             &p,
-            from_ip("192.168.1.2").reserved(Reserved::Host),
+            from_ip("192.168.1.2").reserved(Reserved::RemoteNode),
             DENIED,
         ),
     ]);
@@ -247,9 +247,9 @@ fn empty_selectors_match_everything_of_their_kind() {
             DENIED,
         ),
         (
-            "{} namespaces: not host",
+            "{} namespaces: not a node",
             &all_ns,
-            from_ip("10.0.0.1").reserved(Reserved::Host),
+            from_ip("10.0.0.1").reserved(Reserved::RemoteNode),
             DENIED,
         ),
         (
@@ -560,9 +560,9 @@ fn absent_peers_and_ports_match_everything() {
     check(&[
         ("no from: external", &any_peer, from_ip("8.8.8.8"), ALLOWED),
         (
-            "no from: host",
+            "no from: a node",
             &any_peer,
-            from_ip("10.0.0.1").reserved(Reserved::Host),
+            from_ip("10.0.0.1").reserved(Reserved::RemoteNode),
             ALLOWED,
         ),
         (
@@ -804,4 +804,44 @@ fn real_allow_only_tcp_8080_policy() {
         NotRestricted,
         "policyTypes is Ingress only"
     );
+}
+
+#[test]
+fn ingress_from_the_own_node_is_always_allowed() {
+    let deny_all = ingress(vec![]);
+    let only_web = ingress(vec![(
+        vec![pods(sel(&[("app", "web")], &[]))],
+        vec![tcp(8080)],
+    )]);
+    let egress_only_web = egress(vec![(
+        vec![pods(sel(&[("app", "web")], &[]))],
+        vec![tcp(8080)],
+    )]);
+    let host = || from_ip("172.18.0.3").reserved(Reserved::Host);
+    check(&[
+        (
+            "kubelet probe against deny-all",
+            &deny_all,
+            host(),
+            Decision::NodeLocal,
+        ),
+        (
+            "kubelet probe against a rule for other pods",
+            &only_web,
+            host(),
+            Decision::NodeLocal,
+        ),
+        (
+            "remote node is not exempt",
+            &deny_all,
+            from_ip("172.18.0.4").reserved(Reserved::RemoteNode),
+            DENIED,
+        ),
+        (
+            "egress to the host is restricted",
+            &egress_only_web,
+            host().egress(),
+            DENIED,
+        ),
+    ]);
 }
