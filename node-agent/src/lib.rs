@@ -2,4 +2,129 @@
 //!
 //! It reads the node's flows from the data plane that is already there (Hubble's socket,
 //! ztunnel's log files, Goldmane's stream, or a capture file), decodes them with
-//! [`ne_shared::decode`] and pre-aggregates them in a [`ne_shared::table::FlowTable`].
+//! [`ne_shared::decode`] and pre-aggregates them in a [`ne_shared::table::FlowTable`]
+//! through a [`sink::FlowSink`]. `/metrics`, `/healthz` and `/readyz` are served by
+//! [`http`]. All task wiring is in [`run`].
+
+pub mod args;
+pub mod http;
+pub mod metrics;
+pub mod sink;
+pub mod sources;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use ne_shared::table::FlowTable;
+
+use args::{Args, LogFormat, SourceKind};
+use metrics::AgentMetrics;
+use sink::FlowSink;
+use sources::SourceState;
+
+/// Sets up logging: `RUST_LOG` filters (default `info`), text or JSON.
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// Runs the agent until SIGINT or SIGTERM.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let metrics = Arc::new(AgentMetrics::default());
+    let table = Arc::new(FlowTable::new(args.max_edges));
+    let state = SourceState::default();
+    let listener = http::bind(args.metrics_address).await.with_context(|| {
+        format!(
+            "cannot listen on --metrics-address {}",
+            args.metrics_address
+        )
+    })?;
+    tracing::info!(address = %args.metrics_address, source = args.source.as_str(), "ne-agent started");
+    let endpoints = http::Endpoints {
+        metrics: metrics.clone(),
+        ready: state.ready_flag(),
+    };
+    let server = tokio::spawn(http::serve(listener, endpoints));
+
+    let source = spawn_source(&args, table.clone(), metrics.clone(), state.clone())?;
+    let mut ticker = tokio::time::interval(args.flush_interval);
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                metrics.edges.set(i64::try_from(table.len()).unwrap_or(i64::MAX));
+            }
+            () = &mut stop => break,
+        }
+    }
+    tracing::info!("shutting down");
+    state.shut_down();
+    match source.await {
+        Ok(Err(error)) => tracing::error!(error = format!("{error:#}"), "source failed"),
+        Err(error) => tracing::error!(%error, "source task failed"),
+        Ok(Ok(())) => {}
+    }
+    server.abort();
+    Ok(())
+}
+
+fn spawn_source(
+    args: &Args,
+    table: Arc<FlowTable>,
+    metrics: Arc<AgentMetrics>,
+    state: SourceState,
+) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
+    match args.source {
+        SourceKind::File => {
+            let path = args.file.clone().context("--source file needs --file")?;
+            let format = sources::file::format_of(&path, &args.file_format)?;
+            let sink = FlowSink::new(table, metrics, format.provider(), SourceKind::File.as_str());
+            let (follow, poll) = (args.follow, args.ztunnel_poll_interval);
+            Ok(tokio::task::spawn_blocking(move || {
+                let source = sources::file::FileSource {
+                    path: &path,
+                    format,
+                    follow,
+                    poll,
+                };
+                let result = sources::file::run(&source, &sink, &state);
+                tracing::info!(edges = sink.table().len(), "capture replayed");
+                result
+            }))
+        }
+        other => anyhow::bail!(
+            "--source {} is not available in this build yet; use --source file",
+            other.as_str()
+        ),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen for SIGTERM");
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

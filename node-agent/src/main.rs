@@ -1,33 +1,18 @@
-//! `ne-agent`: the per-node flow agent (built out in the node-agent issue).
+//! `ne-agent`: parses the command line and hands over to [`ne_node_agent::run`].
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use ne_node_agent::args::Args;
 
-/// Where the agent reads flows from.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Source {
-    Hubble,
-    Ztunnel,
-    Goldmane,
-    File,
-}
-
-/// Network Enforcer node agent: reads the node's flows from the data plane,
-/// pre-aggregates them and ships deltas to the leader.
-#[derive(Debug, Parser)]
-#[command(name = "ne-agent", version)]
-struct Args {
-    /// Flow source.
-    #[arg(long, value_enum)]
-    source: Source,
-    /// This node's name (from the downward API).
-    #[arg(long, env = "NODE_NAME")]
-    node_name: Option<String>,
-}
-
-fn main() -> anyhow::Result<()> {
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    anyhow::bail!(
-        "ne-agent --source {:?} is not available in this build yet; use `ne-leader learn` for offline learning",
-        args.source
-    )
+    ne_node_agent::init_logging(args.log_format);
+    match ne_node_agent::run(args).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "ne-agent failed");
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
 }

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use ne_shared::decode::{DecodeStats, Format, decode_lines_strict};
+use ne_shared::decode::{DecodeStats, DetectError, Format, decode_lines_strict};
 use ne_shared::edge::{EdgeSkip, Provider};
 use ne_shared::resolve::{ClusterSnapshot, RecordOnly, Resolver};
 use ne_shared::table::{EdgeSnapshot, FlowTable};
@@ -23,9 +23,6 @@ use crate::cli::{InputArgs, InputFormat};
 
 /// Edges an offline run may hold; beyond this, new edges are dropped and counted.
 const TABLE_CAPACITY: usize = 1 << 22;
-
-/// Non-empty lines `--format auto` looks at for one that tells the format.
-const DETECT_LINES: usize = 20;
 
 /// What reading one input file produced.
 #[derive(Debug, Serialize)]
@@ -118,31 +115,16 @@ fn resolve_format(requested: InputFormat, path: &Path, bytes: &[u8]) -> anyhow::
         InputFormat::Ztunnel => Format::Ztunnel,
         InputFormat::GoldmaneJson => Format::GoldmaneJson,
         InputFormat::CalicoFlowlog => Format::CalicoFlowLog,
-        InputFormat::Auto => {
-            // The first line that tells the format decides; a bad line before it (say,
-            // a capture cut mid-record) is then decoded, and counted, like any bad line.
-            let mut lines = bytes
-                .split(|&b| b == b'\n')
-                .enumerate()
-                .filter(|(_, line)| !line.trim_ascii().is_empty())
-                .take(DETECT_LINES);
-            let Some((first, line)) = lines.next() else {
-                bail!(
-                    "{}: the file is empty, so its format cannot be detected (give --format)",
-                    path.display()
-                )
-            };
-            std::iter::once((first, line))
-                .chain(lines)
-                .find_map(|(_, line)| Format::detect(line))
-                .with_context(|| {
-                    format!(
-                        "{}:{}: cannot detect the format from this line nor the next ones (give --format hubble-json|ztunnel|goldmane-json|calico-flowlog)",
-                        path.display(),
-                        first + 1
-                    )
-                })?
-        }
+        InputFormat::Auto => Format::detect_input(bytes).map_err(|e| match e {
+            DetectError::Empty => anyhow::anyhow!(
+                "{}: the file is empty, so its format cannot be detected (give --format)",
+                path.display()
+            ),
+            DetectError::Unknown { line } => anyhow::anyhow!(
+                "{}:{line}: cannot detect the format from this line nor the next ones (give --format hubble-json|ztunnel|goldmane-json|calico-flowlog)",
+                path.display()
+            ),
+        })?,
     })
 }
 

@@ -76,6 +76,25 @@ impl Format {
         ztunnel::looks_like_text(line).then_some(Format::Ztunnel)
     }
 
+    /// Detects the format of a whole input from its first non-empty lines: the first of
+    /// at most [`Format::DETECT_LINES`] that tells decides, so that a bad first line (a
+    /// capture cut mid-record, say) is decoded and counted like any other bad line.
+    pub fn detect_input(input: &[u8]) -> Result<Format, DetectError> {
+        let mut lines = input
+            .split(|&b| b == b'\n')
+            .enumerate()
+            .filter(|(_, line)| !line.trim_ascii().is_empty())
+            .take(Self::DETECT_LINES)
+            .peekable();
+        let first = lines.peek().map(|(i, _)| i + 1).ok_or(DetectError::Empty)?;
+        lines
+            .find_map(|(_, line)| Format::detect(line))
+            .ok_or(DetectError::Unknown { line: first })
+    }
+
+    /// How many non-empty lines [`Format::detect_input`] looks at.
+    pub const DETECT_LINES: usize = 20;
+
     /// The provider whose edge rules apply to records of this format.
     pub fn provider(self) -> crate::edge::Provider {
         match self {
@@ -139,6 +158,16 @@ impl fmt::Display for Format {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// Why an input's format could not be detected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DetectError {
+    #[error("the input is empty")]
+    Empty,
+    /// None of the first lines has a known shape; `line` is the first non-empty one (1-based).
+    #[error("line {line} and the ones after it match no known format")]
+    Unknown { line: usize },
 }
 
 /// An unknown format name.

@@ -1,0 +1,233 @@
+//! The command line of `ne-agent` (ARCHITECTURE §7: these names are a contract). Every
+//! flag can also be set by the environment variable shown in `--help`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// Where the agent reads flows from (one per process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SourceKind {
+    /// Cilium Hubble's `observer.Observer/GetFlows` stream (the node's socket, or Relay).
+    Hubble,
+    /// Istio ambient ztunnel access logs in the node's pod log directory.
+    Ztunnel,
+    /// Calico Goldmane's `goldmane.Flows/Stream` (cluster-wide: run one replica).
+    Goldmane,
+    /// A capture file, in any format `ne-leader learn` reads.
+    File,
+}
+
+impl SourceKind {
+    /// The `source` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Hubble => "hubble",
+            SourceKind::Ztunnel => "ztunnel",
+            SourceKind::Goldmane => "goldmane",
+            SourceKind::File => "file",
+        }
+    }
+}
+
+/// Network Enforcer node agent: reads this node's flows from the data plane, pre-aggregates
+/// them into edges and ships the changes to the leader.
+#[derive(Debug, Parser)]
+#[command(name = "ne-agent", version)]
+pub struct Args {
+    /// Flow source.
+    #[arg(long, env = "NE_SOURCE", value_enum)]
+    pub source: SourceKind,
+
+    /// This node's name (from the downward API); filters Relay's stream to this node.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+
+    /// Hubble server: `unix:///path` (the node's own socket) or `host:port` (Relay).
+    #[arg(
+        long,
+        env = "NE_HUBBLE_ADDRESS",
+        default_value = "unix:///var/run/cilium/hubble.sock"
+    )]
+    pub hubble_address: String,
+    #[command(flatten)]
+    pub hubble_tls: HubbleTls,
+
+    /// Root of the node's pod logs, searched for ztunnel's `istio-proxy` container logs.
+    #[arg(long, env = "NE_ZTUNNEL_LOG_ROOT", default_value = "/var/log/pods")]
+    pub ztunnel_log_root: PathBuf,
+    /// Pod log directories whose name contains this are ztunnel's (`<ns>_<pod>_<uid>`).
+    #[arg(long, env = "NE_ZTUNNEL_POD_MATCH", default_value = "ztunnel")]
+    pub ztunnel_pod_match: String,
+    /// How often the ztunnel logs are polled for new lines.
+    #[arg(long, env = "NE_ZTUNNEL_POLL_INTERVAL", default_value = "250ms", value_parser = parse_duration)]
+    pub ztunnel_poll_interval: Duration,
+
+    /// Goldmane server `host:port` (mTLS is mandatory).
+    #[arg(
+        long,
+        env = "NE_GOLDMANE_ADDRESS",
+        default_value = "goldmane.calico-system.svc:7443"
+    )]
+    pub goldmane_address: String,
+    #[command(flatten)]
+    pub goldmane_tls: GoldmaneTls,
+
+    /// Capture file for `--source file`.
+    #[arg(long, env = "NE_FILE", required_if_eq("source", "file"))]
+    pub file: Option<PathBuf>,
+    /// Format of `--file` (`auto` detects it from the first lines).
+    #[arg(long, env = "NE_FILE_FORMAT", default_value = "auto")]
+    pub file_format: String,
+    /// Keep reading `--file` as it grows, like `tail -f`.
+    #[arg(long, env = "NE_FILE_FOLLOW")]
+    pub follow: bool,
+
+    /// Leader address(es) `HOST:PORT[,HOST:PORT...]`, tried in turn (skips discovery).
+    #[arg(long, env = "NE_LEADER_ADDRESS", value_delimiter = ',')]
+    pub leader_address: Vec<String>,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    #[arg(long, env = "NE_METRICS_ADDRESS", default_value = "0.0.0.0:9090")]
+    pub metrics_address: SocketAddr,
+    /// How often changed edges are shipped and gauges refreshed.
+    #[arg(long, env = "NE_FLUSH_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub flush_interval: Duration,
+    /// Most edges the FlowTable holds; new edges beyond it are dropped and counted.
+    #[arg(long, env = "NE_MAX_EDGES", default_value_t = 1_000_000)]
+    pub max_edges: usize,
+    /// Log format.
+    #[arg(long, env = "NE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// TLS for a Hubble Relay address (the node's unix socket needs none).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct HubbleTls {
+    /// CA bundle (PEM) to verify Relay's certificate; enables TLS.
+    #[arg(id = "hubble_tls_ca", long = "hubble-tls-ca", env = "NE_HUBBLE_TLS_CA")]
+    pub ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mTLS.
+    #[arg(
+        id = "hubble_tls_cert",
+        long = "hubble-tls-cert",
+        env = "NE_HUBBLE_TLS_CERT",
+        requires = "hubble_tls_key"
+    )]
+    pub cert: Option<PathBuf>,
+    /// Client key (PEM) for mTLS.
+    #[arg(
+        id = "hubble_tls_key",
+        long = "hubble-tls-key",
+        env = "NE_HUBBLE_TLS_KEY",
+        requires = "hubble_tls_cert"
+    )]
+    pub key: Option<PathBuf>,
+    /// Server name to verify instead of the address's host (e.g. `ui.hubble-relay.cilium.io`).
+    #[arg(
+        id = "hubble_tls_server_name",
+        long = "hubble-tls-server-name",
+        env = "NE_HUBBLE_TLS_SERVER_NAME"
+    )]
+    pub server_name: Option<String>,
+}
+
+/// mTLS material for Goldmane.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct GoldmaneTls {
+    /// CA bundle (PEM) that signed Goldmane's certificate.
+    #[arg(
+        id = "goldmane_tls_ca",
+        long = "goldmane-tls-ca",
+        env = "NE_GOLDMANE_TLS_CA"
+    )]
+    pub ca: Option<PathBuf>,
+    /// Client certificate (PEM) signed by the operator's CA.
+    #[arg(
+        id = "goldmane_tls_cert",
+        long = "goldmane-tls-cert",
+        env = "NE_GOLDMANE_TLS_CERT"
+    )]
+    pub cert: Option<PathBuf>,
+    /// Client key (PEM).
+    #[arg(
+        id = "goldmane_tls_key",
+        long = "goldmane-tls-key",
+        env = "NE_GOLDMANE_TLS_KEY"
+    )]
+    pub key: Option<PathBuf>,
+    /// Server name to verify (default: the address's host).
+    #[arg(
+        id = "goldmane_tls_server_name",
+        long = "goldmane-tls-server-name",
+        env = "NE_GOLDMANE_TLS_SERVER_NAME"
+    )]
+    pub server_name: Option<String>,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Parses `250ms`, `1s`, `2m` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (number, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, "s"), |i| s.split_at(i));
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (e.g. 250ms, 1s, 2m)"))?;
+    let secs = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (ms, s or m)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5h").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn every_flag_has_an_env_var() {
+        use clap::CommandFactory;
+        let cmd = Args::command();
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches!(id, "help" | "version") {
+                continue;
+            }
+            assert!(
+                arg.get_env().is_some(),
+                "--{id} has no environment variable"
+            );
+        }
+    }
+
+    #[test]
+    fn file_source_needs_a_file() {
+        assert!(Args::try_parse_from(["ne-agent", "--source", "file"]).is_err());
+        let a =
+            Args::try_parse_from(["ne-agent", "--source", "file", "--file", "x.jsonl"]).unwrap();
+        assert_eq!(a.file.as_deref(), Some(std::path::Path::new("x.jsonl")));
+        assert_eq!(a.metrics_address.port(), 9090);
+    }
+}
