@@ -1,7 +1,9 @@
 //! Flow sources. Each runs until the shutdown signal, feeding a [`crate::sink::FlowSink`],
 //! and never gives up on a broken input: it counts, logs, waits and tries again.
 
+pub mod backoff;
 pub mod file;
+pub mod tls;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
