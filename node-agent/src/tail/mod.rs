@@ -27,10 +27,12 @@
 //! * Learning starts now: the files present at the **first poll** are read from their end
 //!   (with [`StartAt::End`]); if one ends in the middle of a line, the rest of that line is
 //!   skipped. Files that appear later (new pods, restarts, rotation) are read from their
-//!   beginning.
+//!   beginning, and so are files found only after a first poll that could not list the
+//!   root: they appeared after the start.
 //! * Every complete line (ended by `\n`) written after that is emitted exactly once, in
-//!   order, without its `\n` — unless one of the exceptions below applies. A line
-//!   without its `\n` yet is buffered, never emitted half.
+//!   order within its stream, without its `\n` — unless one of the exceptions below
+//!   applies. A line without its `\n` yet is buffered, never emitted half. (Lines of
+//!   different streams have no order between them.)
 //! * Rotation (the path names a new inode): the old file stays open and is read to its
 //!   end, in this poll and in every later one until a poll after the rotation finds
 //!   nothing new in it; then the new file is read from its start.
@@ -57,8 +59,12 @@
 //! * A line longer than [`TailConfig::max_line`] is dropped and counted
 //!   ([`PollStats::overlong_dropped`]); reading resumes after its `\n`.
 //! * Bytes appended to a rotated file after the tailer let go of it are not read.
+//!
+//! The model-based tests (`model_tests.rs`) check exactly this contract on random
+//! sequences of writes, partial writes, rotations, truncations, restarts and deletions.
 
 mod reader;
+mod stream;
 
 #[cfg(test)]
 mod model_tests;
@@ -73,7 +79,7 @@ use std::io;
 use std::ops::AddAssign;
 use std::path::{Path, PathBuf};
 
-use reader::{FileIdent, Reader};
+use stream::Stream;
 
 pub use reader::TRUNCATION_PROBE_LEN;
 
@@ -391,96 +397,4 @@ impl Tailer {
 fn is_restart_log(name: &str) -> bool {
     name.strip_suffix(".log")
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// One log path: the file it names and the rotated files still being drained.
-#[derive(Debug)]
-struct Stream {
-    id: StreamId,
-    current: Option<Reader>,
-    /// Rotated-away or deleted files, oldest first, with the poll that retired them.
-    draining: Vec<(Reader, u64)>,
-    /// Where the next file opened for this path is read from.
-    start: StartAt,
-    /// A file was opened for this path before (the next one is a rotation).
-    had_file: bool,
-}
-
-impl Stream {
-    fn new(id: StreamId, start: StartAt) -> Self {
-        Stream {
-            id,
-            current: None,
-            draining: Vec::new(),
-            start,
-            had_file: false,
-        }
-    }
-
-    /// Follows the path, reads all open files; `true` when the stream has ended.
-    fn poll<F: FnMut(StreamId, &[u8])>(
-        &mut self,
-        path: &Path,
-        ctx: &mut Ctx<'_>,
-        out: &mut F,
-    ) -> bool {
-        let mut missing = false;
-        match fs::metadata(path) {
-            Ok(meta) => {
-                let ident = FileIdent::of(&meta);
-                if self.current.as_ref().map(Reader::ident) != Some(ident) {
-                    self.retire_current(ctx.poll);
-                    missing = !self.open(path, ctx);
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                self.retire_current(ctx.poll);
-                missing = true;
-            }
-            Err(e) => ctx.error(path, e),
-        }
-        if missing {
-            // Whatever appears at this path later was written after the start.
-            self.start = StartAt::Beginning;
-        }
-        let id = self.id;
-        self.draining.retain_mut(|(reader, retired)| {
-            let read = reader.read(id, path, ctx, out);
-            let done = *retired < ctx.poll
-                && (read == Some(0) || (read.is_none() && ctx.poll - *retired > DRAIN_ERROR_POLLS));
-            if done {
-                ctx.stats.unterminated_dropped += u64::from(reader.has_fragment());
-            }
-            !done
-        });
-        if let Some(reader) = &mut self.current {
-            reader.read(id, path, ctx, out);
-        }
-        missing && self.current.is_none() && self.draining.is_empty()
-    }
-
-    fn retire_current(&mut self, poll: u64) {
-        if let Some(reader) = self.current.take() {
-            self.draining.push((reader, poll));
-        }
-    }
-
-    /// Opens the file at `path`; `false` when it is gone again.
-    fn open(&mut self, path: &Path, ctx: &mut Ctx<'_>) -> bool {
-        match Reader::open(path, self.start) {
-            Ok(reader) => {
-                ctx.stats.files_opened += 1;
-                ctx.stats.rotations += u64::from(self.had_file);
-                self.had_file = true;
-                self.start = StartAt::Beginning;
-                self.current = Some(reader);
-                true
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-            Err(e) => {
-                ctx.error(path, e);
-                true
-            }
-        }
-    }
 }

@@ -27,8 +27,9 @@ use super::*;
 
 #[derive(Clone, Debug)]
 enum Op {
-    /// Finishes the stream's cut line, appends `lines` lines (the first overlong when
-    /// `long`), then the first `frag` bytes of one more line (0: none).
+    /// Finishes the stream's cut line, appends `lines` lines, then the first `frag` bytes
+    /// of one more line (0: none). With `long`, the first line and the cut one are about
+    /// `max_line` long (one byte under, at or over it).
     Write {
         file: usize,
         lines: usize,
@@ -69,7 +70,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => (any::<usize>(), 0..4usize, prop::bool::weighted(0.1), prop_oneof![3 => Just(0usize), 1 => 1..40usize])
+        8 => (any::<usize>(), 0..4usize, prop::bool::weighted(0.1), prop_oneof![6 => Just(0usize), 1 => 1..40usize, 1 => 40..130usize])
             .prop_map(|(file, lines, long, frag)| Op::Write { file, lines, long, frag }),
         2 => (any::<usize>(), prop::bool::weighted(0.8)).prop_map(|(file, recreate)| Op::Rotate { file, recreate }),
         2 => (any::<usize>(), 1..3usize).prop_map(|(file, lines)| Op::WriteOld { file, lines }),
@@ -250,7 +251,8 @@ impl Model {
     fn write_lines(&mut self, l: usize, file: usize, lines: usize, long: bool) {
         for i in 0..lines {
             let len = if long && i == 0 {
-                self.max_line + 1 + (self.seq as usize % 20)
+                // Around the limit: one byte under, at it, and over it.
+                self.max_line - 1 + (self.seq as usize % 20)
             } else {
                 7 + (self.seq as usize * 7) % 34
             };
@@ -286,8 +288,14 @@ impl Model {
         }
         self.write_lines(l, file, lines, long);
         if frag > 0 {
-            let line = self.new_line(7 + (self.seq as usize * 5) % 34);
-            let at = frag.min(line.len() - 1);
+            let len = if long {
+                self.max_line - 1 + (self.seq as usize % 3)
+            } else {
+                7 + (self.seq as usize * 5) % 34
+            };
+            let line = self.new_line(len);
+            // Up to the whole text: then only the `\n` is left.
+            let at = frag.min(line.len());
             self.append_to(file, &line[..at]);
             let in_scope = self.in_scope();
             self.lineages[l].rest = Some(Cut {
