@@ -11,6 +11,7 @@ pub mod http;
 pub mod metrics;
 pub mod sink;
 pub mod sources;
+pub mod tail;
 
 use std::sync::Arc;
 
