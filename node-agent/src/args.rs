@@ -58,9 +58,12 @@ pub struct Args {
     /// Root of the node's pod logs, searched for ztunnel's `istio-proxy` container logs.
     #[arg(long, env = "NE_ZTUNNEL_LOG_ROOT", default_value = "/var/log/pods")]
     pub ztunnel_log_root: PathBuf,
-    /// Pod log directories whose name contains this are ztunnel's (`<ns>_<pod>_<uid>`).
-    #[arg(long, env = "NE_ZTUNNEL_POD_MATCH", default_value = "ztunnel")]
-    pub ztunnel_pod_match: String,
+    /// ztunnel's pods are those whose name starts with this.
+    #[arg(long, env = "NE_ZTUNNEL_POD_PREFIX", default_value = "ztunnel")]
+    pub ztunnel_pod_prefix: String,
+    /// Only ztunnel pods of this namespace (default: any namespace).
+    #[arg(long, env = "NE_ZTUNNEL_NAMESPACE")]
+    pub ztunnel_namespace: Option<String>,
     /// How often the ztunnel logs are polled for new lines.
     #[arg(long, env = "NE_ZTUNNEL_POLL_INTERVAL", default_value = "250ms", value_parser = parse_duration)]
     pub ztunnel_poll_interval: Duration,

@@ -16,6 +16,7 @@ pub mod tail;
 use std::sync::Arc;
 
 use anyhow::Context;
+use ne_shared::edge::Provider;
 use ne_shared::table::FlowTable;
 
 use args::{Args, LogFormat, SourceKind};
@@ -99,6 +100,27 @@ fn spawn_source(
                 let result = sources::file::run(&source, &sink, &state);
                 tracing::info!(edges = sink.table().len(), "capture replayed");
                 result
+            }))
+        }
+        SourceKind::Ztunnel => {
+            let config = tail::TailConfig {
+                root: args.ztunnel_log_root.clone(),
+                pods: tail::PodFilter {
+                    namespace: args.ztunnel_namespace.clone(),
+                    pod_prefix: args.ztunnel_pod_prefix.clone(),
+                },
+                ..tail::TailConfig::default()
+            };
+            let sink = FlowSink::new(
+                table,
+                metrics,
+                Provider::Istio,
+                SourceKind::Ztunnel.as_str(),
+            );
+            let poll = args.ztunnel_poll_interval;
+            Ok(tokio::task::spawn_blocking(move || {
+                sources::ztunnel::run(config, poll, &sink, &state);
+                Ok(())
             }))
         }
         other => anyhow::bail!(

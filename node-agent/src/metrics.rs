@@ -36,8 +36,10 @@ pub enum DropReason {
     no_identity,
     /// The FlowTable is at its edge cap.
     table_full,
-    /// A CRI partial line never completed.
+    /// A CRI partial line never completed, or a log line was cut by rotation or truncation.
     partial_line,
+    /// A log line longer than the limit.
+    overlong_line,
 }
 
 impl From<EdgeSkip> for DropReason {
@@ -79,6 +81,12 @@ pub struct LostLabel {
     pub cause: &'static str,
 }
 
+/// Label set `{event}` of log-file events (ztunnel source).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FileEventLabel {
+    pub event: &'static str,
+}
+
 /// Every instrument of the agent.
 #[derive(Debug, Default)]
 pub struct AgentMetrics {
@@ -90,6 +98,7 @@ pub struct AgentMetrics {
     pub edges: Gauge,
     pub source_connected: Gauge,
     pub source_reconnects: Counter,
+    pub file_events: Family<FileEventLabel, Counter>,
 }
 
 impl AgentMetrics {
@@ -160,6 +169,15 @@ impl AgentMetrics {
                 .get_or_create(&SkipLabel {
                     reason: reason.as_str(),
                 })
+                .inc_by(n);
+        }
+    }
+
+    /// Counts `n` log-file events.
+    pub fn file_event(&self, event: &'static str, n: u64) {
+        if n > 0 {
+            self.file_events
+                .get_or_create(&FileEventLabel { event })
                 .inc_by(n);
         }
     }

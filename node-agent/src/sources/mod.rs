@@ -4,6 +4,7 @@
 pub mod backoff;
 pub mod file;
 pub mod tls;
+pub mod ztunnel;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
