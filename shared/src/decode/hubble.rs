@@ -6,6 +6,7 @@
 //! Field names are accepted in protojson's `UseProtoNames` spelling (`traffic_direction`)
 //! and in lowerCamelCase (`trafficDirection`); enums as names or numbers.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 use serde::Deserialize;
@@ -14,8 +15,8 @@ use serde::de::IgnoredAny;
 use super::common::{CowStr, EnumVal, TimeVal, parse_ip, policy_ref, port};
 use super::{DecodeError, Decoded, SkipReason};
 use crate::flow::{
-    Endpoint, EndpointId, FlowRecord, Labels, ObservationPoint, Protocol, Reserved, Str, Verdict,
-    WorkloadKind, WorkloadRef, labels,
+    Endpoint, EndpointId, FlowRecord, Labels, ObservationPoint, Protocol, Reserved, Str, Timestamp,
+    Verdict, WorkloadKind, WorkloadRef, labels,
 };
 
 /// A `GetFlowsResponse` or a bare `Flow`: the flow's fields plus the wrapper's.
@@ -147,6 +148,41 @@ pub fn decode(line: &[u8]) -> Result<Decoded, DecodeError> {
     record(flow, outer_node, outer_time).map(Decoded::Record)
 }
 
+/// Borrows a JSON enum value without copying its text.
+fn enum_ref<'s>(v: &'s EnumVal<'_>) -> EnumVal<'s> {
+    match v {
+        EnumVal::Name(n) => EnumVal::Name(CowStr(Cow::Borrowed(&**n))),
+        EnumVal::Num(n) => EnumVal::Num(*n),
+    }
+}
+
+/// A borrowed label of a JSON endpoint.
+fn label_str<'s>(l: &'s CowStr<'_>) -> &'s str {
+    l
+}
+
+fn json_endpoint<'s>(
+    e: &'s HEndpoint<'_>,
+) -> EndpointFields<'s, impl Iterator<Item = &'s str> + Clone> {
+    EndpointFields {
+        identity: e.identity,
+        namespace: e.namespace.as_deref(),
+        pod_name: e.pod_name.as_deref(),
+        labels: e.labels.iter().map(label_str),
+        workload: e.workloads.first().map(|w| WorkloadFields {
+            name: w.name.as_deref(),
+            kind: w.kind.as_deref(),
+        }),
+    }
+}
+
+fn json_policy<'s>(list: &'s [Policy<'_>]) -> Option<PolicyFields<'s>> {
+    list.first().map(|p| PolicyFields {
+        name: p.name.as_deref(),
+        namespace: p.namespace.as_deref(),
+    })
+}
+
 fn record(
     f: Flow<'_>,
     outer_node: Option<CowStr<'_>>,
@@ -158,32 +194,132 @@ fn record(
         .or(outer_time.as_ref())
         .map(TimeVal::resolve)
         .transpose()?;
+    let ip = f.ip.as_ref();
+    let l4 = match f.l4.as_ref() {
+        Some(Layer4 { tcp: Some(p), .. }) => L4Fields::Tcp(p.source_port, p.destination_port),
+        Some(Layer4 { udp: Some(p), .. }) => L4Fields::Udp(p.source_port, p.destination_port),
+        Some(Layer4 { sctp: Some(p), .. }) => L4Fields::Sctp(p.source_port, p.destination_port),
+        Some(Layer4 {
+            icmpv4: Some(_), ..
+        })
+        | Some(Layer4 {
+            icmpv6: Some(_), ..
+        }) => L4Fields::Icmp,
+        _ => L4Fields::Other,
+    };
+    let (no_source, no_destination) = (HEndpoint::default(), HEndpoint::default());
+    flow_record(FlowFields {
+        time,
+        node_name: f.node_name.as_deref(),
+        response_node_name: outer_node.as_deref(),
+        ip_source: ip.and_then(|ip| ip.source.as_deref()),
+        ip_destination: ip.and_then(|ip| ip.destination.as_deref()),
+        l4,
+        source: json_endpoint(f.source.as_ref().unwrap_or(&no_source)),
+        destination: json_endpoint(f.destination.as_ref().unwrap_or(&no_destination)),
+        verdict: f.verdict.as_ref().map(enum_ref),
+        drop_reason_desc: f.drop_reason_desc.as_ref().map(enum_ref),
+        drop_reason: f.drop_reason,
+        traffic_direction: f.traffic_direction.as_ref().map(enum_ref),
+        is_reply: f.is_reply,
+        reply: f.reply,
+        destination_name: f.destination_names.first().map(|n| &**n),
+        egress_denied_by: json_policy(&f.egress_denied_by),
+        ingress_denied_by: json_policy(&f.ingress_denied_by),
+    })
+}
+
+/// The fields of one Hubble flow that learning reads, borrowed from the input. The JSON
+/// decoder and the protobuf walker ([`super::hubble_pb`]) both fill one and map it with
+/// [`flow_record`], so the two paths cannot drift. Absent and empty strings mean the same.
+pub(super) struct FlowFields<'s, L> {
+    /// The flow's time, else the response's.
+    pub time: Option<Timestamp>,
+    /// `Flow.node_name`.
+    pub node_name: Option<&'s str>,
+    /// `GetFlowsResponse.node_name`, used when the flow names no node.
+    pub response_node_name: Option<&'s str>,
+    pub ip_source: Option<&'s str>,
+    pub ip_destination: Option<&'s str>,
+    pub l4: L4Fields,
+    pub source: EndpointFields<'s, L>,
+    pub destination: EndpointFields<'s, L>,
+    pub verdict: Option<EnumVal<'s>>,
+    pub drop_reason_desc: Option<EnumVal<'s>>,
+    /// The deprecated numeric drop reason.
+    pub drop_reason: Option<u32>,
+    pub traffic_direction: Option<EnumVal<'s>>,
+    /// `is_reply` (a `BoolValue`: absent means unknown).
+    pub is_reply: Option<bool>,
+    /// The deprecated `reply` flag.
+    pub reply: Option<bool>,
+    /// The first of `destination_names`.
+    pub destination_name: Option<&'s str>,
+    /// The first of `egress_denied_by`.
+    pub egress_denied_by: Option<PolicyFields<'s>>,
+    /// The first of `ingress_denied_by`.
+    pub ingress_denied_by: Option<PolicyFields<'s>>,
+}
+
+/// `Flow.l4`: the protocol and, for TCP/UDP/SCTP, `(source_port, destination_port)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum L4Fields {
+    Tcp(u32, u32),
+    Udp(u32, u32),
+    Sctp(u32, u32),
+    Icmp,
+    Other,
+}
+
+/// One endpoint of a flow; `labels` iterates its identity labels (`k8s:app=web`, …) and is
+/// cloned to iterate them again.
+pub(super) struct EndpointFields<'s, L> {
+    pub identity: u32,
+    pub namespace: Option<&'s str>,
+    pub pod_name: Option<&'s str>,
+    pub labels: L,
+    /// The first of `workloads`.
+    pub workload: Option<WorkloadFields<'s>>,
+}
+
+/// `Endpoint.workloads[0]`.
+pub(super) struct WorkloadFields<'s> {
+    pub name: Option<&'s str>,
+    pub kind: Option<&'s str>,
+}
+
+/// One policy of `*_denied_by`.
+pub(super) struct PolicyFields<'s> {
+    pub name: Option<&'s str>,
+    pub namespace: Option<&'s str>,
+}
+
+/// Maps the borrowed fields of one flow to a [`FlowRecord`] (the Hubble rules, shared by
+/// both decoders).
+pub(super) fn flow_record<'s, L>(f: FlowFields<'s, L>) -> Result<FlowRecord, DecodeError>
+where
+    L: Iterator<Item = &'s str> + Clone,
+{
+    let non_empty = |s: &&str| !s.is_empty();
     let node = f
         .node_name
-        .as_deref()
-        .or(outer_node.as_deref())
-        .filter(|n| !n.is_empty())
+        .filter(non_empty)
+        .or(f.response_node_name.filter(non_empty))
         .map(Str::from);
-    let ip = f.ip.unwrap_or_default();
-    let src_ip = parse_ip("IP.source", ip.source.as_deref())?;
-    let dst_ip = parse_ip("IP.destination", ip.destination.as_deref())?;
+    let src_ip = parse_ip("IP.source", f.ip_source)?;
+    let dst_ip = parse_ip("IP.destination", f.ip_destination)?;
 
-    let (protocol, ports) = match f.l4.unwrap_or_default() {
-        Layer4 { tcp: Some(p), .. } => (Protocol::Tcp, Some(p)),
-        Layer4 { udp: Some(p), .. } => (Protocol::Udp, Some(p)),
-        Layer4 { sctp: Some(p), .. } => (Protocol::Sctp, Some(p)),
-        Layer4 {
-            icmpv4: Some(_), ..
-        }
-        | Layer4 {
-            icmpv6: Some(_), ..
-        } => (Protocol::Icmp, None),
-        _ => (Protocol::Other, None),
+    let (protocol, ports) = match f.l4 {
+        L4Fields::Tcp(s, d) => (Protocol::Tcp, Some((s, d))),
+        L4Fields::Udp(s, d) => (Protocol::Udp, Some((s, d))),
+        L4Fields::Sctp(s, d) => (Protocol::Sctp, Some((s, d))),
+        L4Fields::Icmp => (Protocol::Icmp, None),
+        L4Fields::Other => (Protocol::Other, None),
     };
     let (source_port, destination_port) = match ports {
-        Some(p) => (
-            port("l4.source_port", i64::from(p.source_port))?,
-            port("l4.destination_port", i64::from(p.destination_port))?,
+        Some((s, d)) => (
+            port("l4.source_port", i64::from(s))?,
+            port("l4.destination_port", i64::from(d))?,
         ),
         None => (0, 0),
     };
@@ -204,14 +340,14 @@ fn record(
     };
     let policy = denied_by
         .into_iter()
-        .find_map(|list| list.first())
-        .and_then(|p| policy_ref(p.namespace.as_deref(), p.name.as_deref().unwrap_or("")));
+        .find_map(Option::as_ref)
+        .and_then(|p| policy_ref(p.namespace, p.name.unwrap_or("")));
 
     Ok(FlowRecord {
-        time,
+        time: f.time,
         node,
-        source: endpoint(f.source.unwrap_or_default(), src_ip),
-        destination: endpoint(f.destination.unwrap_or_default(), dst_ip),
+        source: endpoint(f.source, src_ip),
+        destination: endpoint(f.destination, dst_ip),
         protocol,
         source_port,
         destination_port,
@@ -222,11 +358,7 @@ fn record(
         } else {
             None
         }),
-        destination_dns: f
-            .destination_names
-            .first()
-            .filter(|n| !n.is_empty())
-            .map(|n| Str::from(&**n)),
+        destination_dns: f.destination_name.filter(non_empty).map(Str::from),
         policy,
         connections: 1,
     })
@@ -276,7 +408,7 @@ fn verdict(
 /// the most specific wins: host (identity 1) before kube-apiserver (which Cilium adds to
 /// the host or a remote node when the API server runs there), then remote-node and the
 /// rest; world last.
-fn reserved_from_labels(labels: &[CowStr<'_>]) -> Option<Reserved> {
+fn reserved_from_labels<'s>(labels: impl Iterator<Item = &'s str>) -> Option<Reserved> {
     let mut best: Option<Reserved> = None;
     for l in labels {
         let Some(name) = l.strip_prefix("reserved:") else {
@@ -329,8 +461,8 @@ fn reserved_from_identity(identity: u32) -> Option<Reserved> {
 }
 
 /// `k8s:` labels without the prefix, dropping Cilium's bookkeeping keys.
-fn pod_labels(raw: &[CowStr<'_>]) -> Labels {
-    labels(raw.iter().filter_map(|l| {
+fn pod_labels<'s>(raw: impl Iterator<Item = &'s str>) -> Labels {
+    labels(raw.filter_map(|l| {
         let (k, v) = l.strip_prefix("k8s:")?.split_once('=')?;
         let internal = k.starts_with("io.cilium.") || k == "io.kubernetes.pod.namespace";
         (!internal).then(|| (Str::from(k), Str::from(v)))
@@ -341,22 +473,21 @@ fn pod_labels(raw: &[CowStr<'_>]) -> Labels {
 /// workloads, then the pod, then reserved identity numbers. A `reserved:world` endpoint
 /// that names a pod is that pod (Cilium's L7 proxy records resolve the pod by address
 /// while the identity is still world).
-fn endpoint(e: HEndpoint<'_>, ip: Option<IpAddr>) -> Endpoint {
-    let namespace = e
-        .namespace
-        .as_deref()
-        .filter(|n| !n.is_empty())
-        .or_else(|| {
-            e.labels
-                .iter()
-                .find_map(|l| l.strip_prefix("k8s:io.kubernetes.pod.namespace="))
-        });
-    let pod = e.pod_name.as_deref().filter(|p| !p.is_empty());
+fn endpoint<'s, L>(e: EndpointFields<'s, L>, ip: Option<IpAddr>) -> Endpoint
+where
+    L: Iterator<Item = &'s str> + Clone,
+{
+    let namespace = e.namespace.filter(|n| !n.is_empty()).or_else(|| {
+        e.labels
+            .clone()
+            .find_map(|l| l.strip_prefix("k8s:io.kubernetes.pod.namespace="))
+    });
+    let pod = e.pod_name.filter(|p| !p.is_empty());
     let world =
         |ip: Option<IpAddr>| ip.map_or(EndpointId::Reserved(Reserved::World), EndpointId::External);
-    let workload = e.workloads.first().and_then(|w| {
-        let kind = WorkloadKind::parse(w.kind.as_deref()?)?;
-        let name = w.name.as_deref().filter(|n| !n.is_empty())?;
+    let workload = e.workload.and_then(|w| {
+        let kind = WorkloadKind::parse(w.kind?)?;
+        let name = w.name.filter(|n| !n.is_empty())?;
         Some(EndpointId::Workload(WorkloadRef {
             namespace: namespace?.into(),
             kind,
@@ -369,12 +500,12 @@ fn endpoint(e: HEndpoint<'_>, ip: Option<IpAddr>) -> Endpoint {
             name: p.into(),
         })
     };
-    let id = match reserved_from_labels(&e.labels) {
+    let id = match reserved_from_labels(e.labels.clone()) {
         Some(Reserved::World) => workload.or_else(pod_id).unwrap_or_else(|| world(ip)),
         Some(r) => EndpointId::Reserved(r),
         None => match workload.or_else(pod_id) {
             Some(id) => id,
-            None if e.labels.is_empty() => match reserved_from_identity(e.identity) {
+            None if e.labels.clone().next().is_none() => match reserved_from_identity(e.identity) {
                 Some(Reserved::World) => world(ip),
                 Some(r) => EndpointId::Reserved(r),
                 // CIDR identities (local scope 1<<24) are addresses outside the cluster.
@@ -386,7 +517,7 @@ fn endpoint(e: HEndpoint<'_>, ip: Option<IpAddr>) -> Endpoint {
     };
     Endpoint::new(id)
         .with_ip(ip)
-        .with_labels(pod_labels(&e.labels))
+        .with_labels(pod_labels(e.labels))
 }
 
 #[cfg(test)]

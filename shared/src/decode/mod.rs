@@ -16,6 +16,7 @@ mod common;
 pub mod cri;
 pub mod goldmane;
 pub mod hubble;
+pub mod hubble_pb;
 pub mod ztunnel;
 
 use std::collections::BTreeMap;
@@ -278,6 +279,17 @@ pub enum DecodeError {
         expected: &'static str,
         found: String,
     },
+    /// A protobuf message that is not well-formed: truncated, a length past the end, a
+    /// known field with the wrong wire type, invalid UTF-8 in a string the record keeps.
+    #[error("malformed protobuf in `{field}` at byte {offset}: {reason}")]
+    Protobuf {
+        /// The message or field being read (`Flow.IP`, `Endpoint.labels`).
+        field: &'static str,
+        /// Offset of the problem from the start of the outermost message.
+        offset: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
 }
 
 impl DecodeError {
@@ -294,6 +306,7 @@ impl DecodeError {
             DecodeError::BadTimestamp { .. } => "bad_timestamp",
             DecodeError::UnterminatedQuote(_) => "unterminated_quote",
             DecodeError::LineShape { .. } => "line_shape",
+            DecodeError::Protobuf { .. } => "protobuf",
         }
     }
 
