@@ -9,6 +9,7 @@
 pub mod args;
 pub mod http;
 pub mod metrics;
+pub mod otlp;
 pub mod sink;
 pub mod sources;
 pub mod tail;
@@ -55,6 +56,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let server = tokio::spawn(http::serve(listener, endpoints));
 
+    let otlp = match otlp::OtlpConfig::from_env(
+        |k| std::env::var(k).ok(),
+        args.node_name.as_deref(),
+    )? {
+        Some(config) => {
+            tracing::info!(endpoint = %config.endpoint, interval = ?config.interval, "exporting metrics over OTLP");
+            Some(tokio::spawn(otlp::run(config, metrics.clone())))
+        }
+        None => None,
+    };
     let source = spawn_source(&args, table.clone(), metrics.clone(), state.clone())?;
     let mut ticker = tokio::time::interval(args.flush_interval);
     let stop = shutdown_signal();
@@ -75,6 +86,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Ok(Ok(())) => {}
     }
     server.abort();
+    if let Some(otlp) = otlp {
+        otlp.abort();
+    }
     Ok(())
 }
 

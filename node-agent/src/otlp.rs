@@ -1,0 +1,367 @@
+//! OTLP/gRPC export of the agent's metrics, configured by the standard OpenTelemetry
+//! environment variables: off unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+//! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`) is set.
+//!
+//! The instruments are defined once ([`crate::metrics`]); this module reads the same
+//! exposition `/metrics` serves and turns it into an `ExportMetricsServiceRequest`, so the
+//! two views can never disagree: counters become cumulative monotonic sums, gauges gauges,
+//! and histograms cumulative explicit-bucket histograms.
+//!
+//! Supported variables: `OTEL_SDK_DISABLED`, `OTEL_EXPORTER_OTLP_(METRICS_)ENDPOINT`,
+//! `OTEL_EXPORTER_OTLP_(METRICS_)PROTOCOL` (`grpc` only), `OTEL_METRIC_EXPORT_INTERVAL`
+//! (ms, default 60000), `OTEL_EXPORTER_OTLP_CERTIFICATE`,
+//! `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`, `OTEL_EXPORTER_OTLP_CLIENT_KEY`,
+//! `OTEL_SERVICE_NAME` (default `ne-agent`), `OTEL_RESOURCE_ATTRIBUTES`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint,
+    ResourceMetrics, ScopeMetrics, Sum, metric, number_data_point,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::metrics::AgentMetrics;
+use crate::sink::now_nanos;
+use crate::sources::tls::TlsFiles;
+
+/// Where and how often to export.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OtlpConfig {
+    pub endpoint: String,
+    pub interval: Duration,
+    pub tls: TlsFiles,
+    pub resource: Vec<(String, String)>,
+}
+
+impl OtlpConfig {
+    /// Reads the configuration from `env` (a lookup such as `std::env::var(..).ok()`).
+    /// `Ok(None)` when export is not configured or disabled.
+    pub fn from_env(
+        env: impl Fn(&str) -> Option<String>,
+        node: Option<&str>,
+    ) -> anyhow::Result<Option<Self>> {
+        let var = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+        if var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+            return Ok(None);
+        }
+        let Some(endpoint) = var("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+            .or_else(|| var("OTEL_EXPORTER_OTLP_ENDPOINT"))
+        else {
+            return Ok(None);
+        };
+        let protocol = var("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
+            .or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL"));
+        if let Some(p) = protocol.filter(|p| p != "grpc") {
+            bail!(
+                "OTEL_EXPORTER_OTLP_PROTOCOL={p} is not supported: the agent exports OTLP over gRPC only"
+            );
+        }
+        let interval = match var("OTEL_METRIC_EXPORT_INTERVAL") {
+            Some(ms) => Duration::from_millis(ms.parse().with_context(|| {
+                format!("OTEL_METRIC_EXPORT_INTERVAL={ms} is not a number of milliseconds")
+            })?),
+            None => Duration::from_secs(60),
+        };
+        let tls = TlsFiles {
+            ca: var("OTEL_EXPORTER_OTLP_CERTIFICATE").map(Into::into),
+            cert: var("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE").map(Into::into),
+            key: var("OTEL_EXPORTER_OTLP_CLIENT_KEY").map(Into::into),
+            server_name: None,
+        };
+        if endpoint.starts_with("https://") && !tls.enabled() {
+            bail!(
+                "{endpoint} is https: set OTEL_EXPORTER_OTLP_CERTIFICATE to the CA that signed the collector's certificate"
+            );
+        }
+        let mut resource = vec![(
+            "service.name".to_owned(),
+            var("OTEL_SERVICE_NAME").unwrap_or_else(|| "ne-agent".into()),
+        )];
+        if let Some(node) = node {
+            resource.push(("k8s.node.name".to_owned(), node.to_owned()));
+        }
+        for pair in var("OTEL_RESOURCE_ATTRIBUTES")
+            .iter()
+            .flat_map(|v| v.split(','))
+        {
+            if let Some((k, v)) = pair.split_once('=') {
+                resource.push((k.trim().to_owned(), v.trim().to_owned()));
+            }
+        }
+        Ok(Some(OtlpConfig {
+            endpoint,
+            interval,
+            tls,
+            resource,
+        }))
+    }
+
+    /// A lazily connecting channel to the collector.
+    pub fn channel(&self) -> anyhow::Result<Channel> {
+        let mut endpoint = Endpoint::from_shared(self.endpoint.clone())
+            .with_context(|| format!("invalid OTLP endpoint {}", self.endpoint))?
+            .timeout(Duration::from_secs(10));
+        if self.tls.enabled() {
+            let host = endpoint.uri().host().unwrap_or_default().to_owned();
+            endpoint = endpoint.tls_config(self.tls.load(&host)?)?;
+        }
+        Ok(endpoint.connect_lazy())
+    }
+}
+
+/// Exports every `interval` until the task is dropped. Failures are logged and retried at
+/// the next interval; they never affect the agent.
+pub async fn run(config: OtlpConfig, metrics: Arc<AgentMetrics>) {
+    let channel = match config.channel() {
+        Ok(c) => c,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "OTLP export disabled");
+            return;
+        }
+    };
+    let mut client = MetricsServiceClient::new(channel);
+    let start = now_nanos();
+    let mut ticker = tokio::time::interval(config.interval);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
+        let request = to_request(&metrics.encode(), &config.resource, start, now_nanos());
+        if let Err(status) = client.export(request).await {
+            tracing::warn!(error = %status, endpoint = %config.endpoint, "OTLP metrics export failed");
+        }
+    }
+}
+
+/// One metric family parsed from the exposition.
+#[derive(Debug, Default)]
+struct Family {
+    kind: String,
+    unit: String,
+    help: String,
+    /// (labels, suffix, value) of every sample.
+    samples: Vec<(Vec<(String, String)>, String, f64)>,
+}
+
+/// Turns OpenMetrics text (as [`AgentMetrics::encode`] writes it) into an OTLP request.
+pub fn to_request(
+    text: &str,
+    resource: &[(String, String)],
+    start_ns: i64,
+    now_ns: i64,
+) -> ExportMetricsServiceRequest {
+    let mut families: BTreeMap<String, Family> = BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut parts = rest.splitn(3, ' ');
+            let (Some(what), Some(name)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let value = parts.next().unwrap_or_default().to_owned();
+            let f = families.entry(name.to_owned()).or_default();
+            match what {
+                "TYPE" => f.kind = value,
+                "UNIT" => f.unit = value,
+                "HELP" => f.help = value,
+                _ => {}
+            }
+            continue;
+        }
+        let Some((series, labels, value)) = parse_sample(line) else {
+            continue;
+        };
+        // The longest family name that prefixes the series owns it (`x_total`, `x_bucket`).
+        let Some(name) = families
+            .keys()
+            .filter(|f| series.starts_with(f.as_str()))
+            .max_by_key(|f| f.len())
+            .cloned()
+        else {
+            continue;
+        };
+        let suffix = series[name.len()..].to_owned();
+        if let Some(f) = families.get_mut(&name) {
+            f.samples.push((labels, suffix, value));
+        }
+    }
+    let metrics = families
+        .into_iter()
+        .filter_map(|(name, f)| to_metric(name, f, start_ns, now_ns))
+        .collect();
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: Some(Resource {
+                attributes: resource.iter().map(|(k, v)| kv(k, v)).collect(),
+                ..Default::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                scope: Some(InstrumentationScope {
+                    name: "network-enforcer".to_owned(),
+                    version: env!("CARGO_PKG_VERSION").to_owned(),
+                    ..Default::default()
+                }),
+                metrics,
+                schema_url: String::new(),
+            }],
+            schema_url: String::new(),
+        }],
+    }
+}
+
+fn to_metric(name: String, f: Family, start: i64, now: i64) -> Option<Metric> {
+    let (start, now) = (
+        u64::try_from(start).unwrap_or(0),
+        u64::try_from(now).unwrap_or(0),
+    );
+    let attributes =
+        |labels: &[(String, String)]| labels.iter().map(|(k, v)| kv(k, v)).collect::<Vec<_>>();
+    let number = |labels: &[(String, String)], v: f64| NumberDataPoint {
+        attributes: attributes(labels),
+        start_time_unix_nano: start,
+        time_unix_nano: now,
+        value: Some(number_data_point::Value::AsDouble(v)),
+        ..Default::default()
+    };
+    let data = match f.kind.as_str() {
+        "counter" => metric::Data::Sum(Sum {
+            data_points: f
+                .samples
+                .iter()
+                .filter(|s| s.1 == "_total")
+                .map(|(l, _, v)| number(l, *v))
+                .collect(),
+            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+            is_monotonic: true,
+        }),
+        "gauge" => metric::Data::Gauge(Gauge {
+            data_points: f
+                .samples
+                .iter()
+                .filter(|s| s.1.is_empty())
+                .map(|(l, _, v)| number(l, *v))
+                .collect(),
+        }),
+        "histogram" => metric::Data::Histogram(histogram(&f, start, now)),
+        _ => return None,
+    };
+    let unit = match f.unit.as_str() {
+        "seconds" => "s".to_owned(),
+        other => other.to_owned(),
+    };
+    Some(Metric {
+        name,
+        description: f.help,
+        unit,
+        data: Some(data),
+        ..Default::default()
+    })
+}
+
+/// One unlabelled histogram (the agent's histograms have no labels).
+fn histogram(f: &Family, start: u64, now: u64) -> Histogram {
+    let value = |suffix: &str| {
+        f.samples
+            .iter()
+            .find(|s| s.1 == suffix)
+            .map_or(0.0, |s| s.2)
+    };
+    let mut bounds = Vec::new();
+    let mut counts = Vec::new();
+    let mut below = 0u64;
+    for (labels, suffix, v) in &f.samples {
+        if suffix != "_bucket" {
+            continue;
+        }
+        let cumulative = *v as u64;
+        counts.push(cumulative.saturating_sub(below));
+        below = cumulative;
+        if let Some(le) = labels
+            .iter()
+            .find(|(k, _)| k == "le")
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+            && le.is_finite()
+        {
+            bounds.push(le);
+        }
+    }
+    Histogram {
+        data_points: vec![HistogramDataPoint {
+            start_time_unix_nano: start,
+            time_unix_nano: now,
+            count: value("_count") as u64,
+            sum: Some(value("_sum")),
+            bucket_counts: counts,
+            explicit_bounds: bounds,
+            ..Default::default()
+        }],
+        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+    }
+}
+
+fn kv(k: &str, v: &str) -> KeyValue {
+    KeyValue {
+        key: k.to_owned(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.to_owned())),
+        }),
+        ..Default::default()
+    }
+}
+
+/// `name{a="x",b="y"} 12.5` → (name, labels, value). `None` for anything else.
+fn parse_sample(line: &str) -> Option<(&str, Vec<(String, String)>, f64)> {
+    let (series, rest) = match line.find('{') {
+        Some(open) => {
+            let close = open + line[open..].find("} ")?;
+            (
+                &line[..open],
+                (Some(&line[open + 1..close]), &line[close + 2..]),
+            )
+        }
+        None => {
+            let (s, v) = line.split_once(' ')?;
+            (s, (None, v))
+        }
+    };
+    let (labels, value) = rest;
+    let value = value.split(' ').next()?.parse().ok()?;
+    let labels = labels.map(parse_labels).unwrap_or_default();
+    Some((series, labels, value))
+}
+
+fn parse_labels(s: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut chars = s.chars().peekable();
+    loop {
+        let key: String = chars.by_ref().take_while(|&c| c != '=').collect();
+        if key.is_empty() || chars.next() != Some('"') {
+            return out;
+        }
+        let mut value = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some('n') => value.push('\n'),
+                    Some(other) => value.push(other),
+                    None => break,
+                },
+                '"' => break,
+                c => value.push(c),
+            }
+        }
+        out.push((key.trim_start_matches(',').to_owned(), value));
+        if chars.peek() == Some(&',') {
+            chars.next();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,213 @@
+use std::collections::HashMap;
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::metrics::{DropReason, SourceLabel};
+
+fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| map.get(k).cloned()
+}
+
+#[test]
+fn configured_only_by_the_standard_variables() {
+    assert_eq!(OtlpConfig::from_env(env(&[]), None).unwrap(), None);
+    assert_eq!(
+        OtlpConfig::from_env(
+            env(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"),
+                ("OTEL_SDK_DISABLED", "true")
+            ]),
+            None
+        )
+        .unwrap(),
+        None
+    );
+    let c = OtlpConfig::from_env(
+        env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "15000"),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "k8s.cluster.name=prod, team=net",
+            ),
+        ]),
+        Some("worker-1"),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(c.endpoint, "http://collector:4317");
+    assert_eq!(c.interval, Duration::from_secs(15));
+    assert_eq!(
+        c.resource,
+        [
+            ("service.name", "ne-agent"),
+            ("k8s.node.name", "worker-1"),
+            ("k8s.cluster.name", "prod"),
+            ("team", "net")
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    );
+    let http = OtlpConfig::from_env(
+        env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ]),
+        None,
+    );
+    assert!(http.unwrap_err().to_string().contains("gRPC only"));
+    let https = OtlpConfig::from_env(
+        env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4317")]),
+        None,
+    );
+    assert!(
+        https
+            .unwrap_err()
+            .to_string()
+            .contains("OTEL_EXPORTER_OTLP_CERTIFICATE")
+    );
+    let bad = OtlpConfig::from_env(
+        env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "1m"),
+        ]),
+        None,
+    );
+    assert!(bad.is_err());
+}
+
+fn sample_metrics() -> AgentMetrics {
+    let m = AgentMetrics::default();
+    m.flows_received
+        .get_or_create(&SourceLabel { source: "hubble" })
+        .inc_by(3);
+    m.dropped(DropReason::reply);
+    m.edges.set(2);
+    for ms in [2, 30, 30] {
+        m.scraper_lag.record_nanos(ms * 1_000_000);
+    }
+    m
+}
+
+fn metric<'a>(req: &'a ExportMetricsServiceRequest, name: &str) -> &'a Metric {
+    req.resource_metrics[0].scope_metrics[0]
+        .metrics
+        .iter()
+        .find(|m| m.name == name)
+        .unwrap_or_else(|| panic!("no metric {name}"))
+}
+
+fn point_value(p: &NumberDataPoint) -> f64 {
+    match p.value {
+        Some(number_data_point::Value::AsDouble(v)) => v,
+        Some(number_data_point::Value::AsInt(v)) => v as f64,
+        None => f64::NAN,
+    }
+}
+
+fn assert_sample_request(req: &ExportMetricsServiceRequest) {
+    let received = metric(req, "network_enforcer_agent_flows_received");
+    let Some(metric::Data::Sum(sum)) = &received.data else {
+        panic!("not a sum: {received:?}")
+    };
+    assert!(sum.is_monotonic);
+    assert_eq!(sum.data_points.len(), 1);
+    assert_eq!(point_value(&sum.data_points[0]), 3.0);
+    assert_eq!(sum.data_points[0].attributes, vec![kv("source", "hubble")]);
+    let Some(metric::Data::Gauge(edges)) = &metric(req, "network_enforcer_agent_edges").data else {
+        panic!()
+    };
+    assert_eq!(point_value(&edges.data_points[0]), 2.0);
+    let lag = metric(req, "network_enforcer_agent_scraper_lag_seconds");
+    assert_eq!(lag.unit, "s");
+    let Some(metric::Data::Histogram(h)) = &lag.data else {
+        panic!("not a histogram")
+    };
+    let p = &h.data_points[0];
+    assert_eq!(p.count, 3);
+    assert_eq!(p.bucket_counts.iter().sum::<u64>(), 3);
+    assert_eq!(p.bucket_counts.len(), p.explicit_bounds.len() + 1);
+    // 2 ms falls in the first bucket (≤ 5 ms), both 30 ms ones in (25 ms, 50 ms].
+    assert_eq!(p.bucket_counts[0], 1);
+    let i = p.explicit_bounds.iter().position(|&b| b == 0.05).unwrap();
+    assert_eq!(p.bucket_counts[i], 2);
+    let resource = req.resource_metrics[0].resource.as_ref().unwrap();
+    assert!(
+        resource
+            .attributes
+            .contains(&kv("service.name", "ne-agent"))
+    );
+}
+
+#[test]
+fn the_exposition_becomes_sums_gauges_and_histograms() {
+    let req = to_request(
+        &sample_metrics().encode(),
+        &[("service.name".into(), "ne-agent".into())],
+        1,
+        2,
+    );
+    assert_sample_request(&req);
+}
+
+#[test]
+fn labels_with_escapes_parse() {
+    let (series, labels, value) =
+        parse_sample(r#"x_total{a="q\"uote",b="back\\slash",c="n\nl"} 7"#).unwrap();
+    assert_eq!((series, value), ("x_total", 7.0));
+    assert_eq!(
+        labels,
+        [("a", "q\"uote"), ("b", "back\\slash"), ("c", "n\nl")]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    );
+    assert!(parse_sample("# EOF").is_none());
+    assert!(parse_sample("garbage").is_none());
+}
+
+/// A real OTLP/gRPC receiver: every export request is handed to the test.
+struct Receiver(mpsc::UnboundedSender<ExportMetricsServiceRequest>);
+
+#[tonic::async_trait]
+impl MetricsService for Receiver {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        let _ = self.0.send(request.into_inner());
+        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exports_to_a_real_receiver() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(MetricsServiceServer::new(Receiver(tx)))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let config = OtlpConfig::from_env(
+        env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &format!("http://{addr}")),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "10"),
+        ]),
+        None,
+    )
+    .unwrap()
+    .unwrap();
+    let exporter = tokio::spawn(run(config, Arc::new(sample_metrics())));
+    let req = rx.recv().await.expect("an export arrives");
+    assert_sample_request(&req);
+    exporter.abort();
+    server.abort();
+}
