@@ -140,6 +140,9 @@ pub async fn run(config: OtlpConfig, metrics: Arc<AgentMetrics>) {
     }
 }
 
+/// A sample's labels, in exposition order.
+type LabelPairs = Vec<(String, String)>;
+
 /// One metric family parsed from the exposition.
 #[derive(Debug, Default)]
 struct Family {
@@ -147,7 +150,7 @@ struct Family {
     unit: String,
     help: String,
     /// (labels, suffix, value) of every sample.
-    samples: Vec<(Vec<(String, String)>, String, f64)>,
+    samples: Vec<(LabelPairs, String, f64)>,
 }
 
 /// Turns OpenMetrics text (as [`AgentMetrics::encode`] writes it) into an OTLP request.
@@ -316,7 +319,7 @@ fn kv(k: &str, v: &str) -> KeyValue {
 }
 
 /// `name{a="x",b="y"} 12.5` → (name, labels, value). `None` for anything else.
-fn parse_sample(line: &str) -> Option<(&str, Vec<(String, String)>, f64)> {
+fn parse_sample(line: &str) -> Option<(&str, LabelPairs, f64)> {
     let (series, rest) = match line.find('{') {
         Some(open) => {
             let close = open + line[open..].find("} ")?;
@@ -336,7 +339,7 @@ fn parse_sample(line: &str) -> Option<(&str, Vec<(String, String)>, f64)> {
     Some((series, labels, value))
 }
 
-fn parse_labels(s: &str) -> Vec<(String, String)> {
+fn parse_labels(s: &str) -> LabelPairs {
     let mut out = Vec::new();
     let mut chars = s.chars().peekable();
     loop {
