@@ -137,8 +137,23 @@ fn spawn_source(
                 Ok(())
             }))
         }
+        SourceKind::Goldmane => {
+            let tls = sources::goldmane::tls_files(&args.goldmane_tls);
+            let source = sources::goldmane::GoldmaneSource::new(&args.goldmane_address, tls)?;
+            tracing::info!(
+                address = source.address(),
+                "reading Goldmane's cluster-wide stream: run this agent as one replica"
+            );
+            let sink = FlowSink::new(
+                table,
+                metrics,
+                Provider::Calico,
+                SourceKind::Goldmane.as_str(),
+            );
+            Ok(tokio::spawn(sources::goldmane::run(source, sink, state)))
+        }
         other => anyhow::bail!(
-            "--source {} is not available in this build yet; use --source file",
+            "--source {} is not available in this build yet",
             other.as_str()
         ),
     }
