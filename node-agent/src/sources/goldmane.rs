@@ -41,15 +41,15 @@
 //! `/readyz` are up exactly while a stream is open. The source only returns when asked to
 //! stop.
 //!
-//! Known gap: ne-proto's `FlowKey` has no `policies` (15), so a denied flow read here
-//! carries no denying policy name (the JSON path has it); edges are unaffected.
+//! A denied flow carries the denying policy from `FlowKey.policies` (the first enforced
+//! `Deny` hit), as on the JSON path.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use ne_proto::goldmane::flows_client::FlowsClient;
 use ne_proto::goldmane::{Flow, FlowResult, FlowStreamRequest};
-use ne_shared::decode::goldmane::{GoldmaneFlow, record_from_parts};
+use ne_shared::decode::goldmane::{GoldmaneFlow, GoldmanePolicyHit, record_from_parts};
 use ne_shared::decode::{DecodeError, Decoded};
 use ne_shared::flow::{FlowRecord, Timestamp};
 use tonic::transport::{Channel, Endpoint};
@@ -273,8 +273,18 @@ pub fn record_of_flow(flow: &Flow) -> Result<FlowRecord, DecodeError> {
         // proto3: 0 is "not set".
         start_time: (flow.start_time != 0).then(|| Timestamp::from_secs(flow.start_time)),
         num_connections_started: flow.num_connections_started,
-        // Not in ne-proto's FlowKey subset (see the module docs).
-        enforced_policies: std::iter::empty(),
+        enforced_policies: key
+            .policies
+            .iter()
+            .flat_map(|t| &t.enforced_policies)
+            .map(|hit| GoldmanePolicyHit {
+                kind: hit.kind,
+                namespace: &hit.namespace,
+                name: &hit.name,
+                action: hit.action,
+                trigger_namespace: hit.trigger.as_ref().map_or("", |t| t.namespace.as_str()),
+                trigger_name: hit.trigger.as_ref().map_or("", |t| t.name.as_str()),
+            }),
     };
     record_from_parts(parts, &flow.source_labels, &flow.dest_labels)
 }

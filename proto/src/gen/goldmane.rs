@@ -36,7 +36,7 @@ pub struct StringMatch {
     pub r#type: i32,
 }
 /// One flow of a stream, with an id stable per flow key until the server restarts.
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct FlowResult {
     /// Id of the flow key.
     #[prost(int64, tag = "1")]
@@ -46,7 +46,7 @@ pub struct FlowResult {
     pub flow: ::core::option::Option<Flow>,
 }
 /// Felix's flow push.
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct FlowUpdate {
     /// The flow.
     #[prost(message, optional, tag = "1")]
@@ -56,7 +56,7 @@ pub struct FlowUpdate {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct FlowReceipt {}
 /// Connections sharing one flow key, aggregated over a time window.
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct Flow {
     /// The identifying fields.
     #[prost(message, optional, tag = "1")]
@@ -96,7 +96,7 @@ pub struct Flow {
     pub num_connections_live: i64,
 }
 /// The identifying fields of a Goldmane flow.
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct FlowKey {
     /// Source: pod name, `GenerateName*` aggregate, host, set, or `pub`/`pvt`.
     #[prost(string, tag = "1")]
@@ -140,6 +140,49 @@ pub struct FlowKey {
     /// The final policy action.
     #[prost(enumeration = "Action", tag = "14")]
     pub action: i32,
+    /// The policies that decided the flow.
+    #[prost(message, optional, tag = "15")]
+    pub policies: ::core::option::Option<PolicyTrace>,
+}
+/// The policy hits behind a flow's action.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct PolicyTrace {
+    /// Hits of the policies in force.
+    #[prost(message, repeated, tag = "1")]
+    pub enforced_policies: ::prost::alloc::vec::Vec<PolicyHit>,
+    /// Hits of staged (not yet enforced) policies.
+    #[prost(message, repeated, tag = "2")]
+    pub pending_policies: ::prost::alloc::vec::Vec<PolicyHit>,
+}
+/// One policy rule (or end of tier) that matched a flow.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct PolicyHit {
+    /// The policy kind, as Calico's PolicyKind numbers it (6 = NetworkPolicy, 9 = Profile,
+    /// 10 = EndOfTier); a plain int32 on the wire-compatible varint, so that kinds added by
+    /// later Calico versions decode.
+    #[prost(int32, tag = "1")]
+    pub kind: i32,
+    /// The policy's namespace (empty for cluster-scoped policies).
+    #[prost(string, tag = "2")]
+    pub namespace: ::prost::alloc::string::String,
+    /// The policy's name.
+    #[prost(string, tag = "3")]
+    pub name: ::prost::alloc::string::String,
+    /// The tier.
+    #[prost(string, tag = "4")]
+    pub tier: ::prost::alloc::string::String,
+    /// What the hit did.
+    #[prost(enumeration = "Action", tag = "5")]
+    pub action: i32,
+    /// Index of the policy in its tier.
+    #[prost(int64, tag = "6")]
+    pub policy_index: i64,
+    /// Index of the rule in the policy (-1: end of tier).
+    #[prost(int64, tag = "7")]
+    pub rule_index: i64,
+    /// For an end-of-tier hit: the policy that triggered it.
+    #[prost(message, optional, boxed, tag = "8")]
+    pub trigger: ::core::option::Option<::prost::alloc::boxed::Box<PolicyHit>>,
 }
 /// How a `StringMatch` matches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]

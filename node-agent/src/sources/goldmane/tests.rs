@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ne_proto::goldmane::flows_server::{Flows, FlowsServer};
-use ne_proto::goldmane::{Action, EndpointType, Flow, FlowKey, FlowResult, Reporter};
+use ne_proto::goldmane::{
+    Action, EndpointType, Flow, FlowKey, FlowResult, PolicyHit, PolicyTrace, Reporter,
+};
 use ne_shared::decode::{Decoded, Format, decode_line, decode_lines};
 use ne_shared::edge::Provider;
 use ne_shared::flow::Verdict;
@@ -102,6 +104,10 @@ fn flow_of_json(line: &str) -> Flow {
                 Reporter::from_str_name(s).map(|e| e as i32)
             }),
             action: enum_of(&k["action"], |s| Action::from_str_name(s).map(|e| e as i32)),
+            policies: k.get("policies").map(|p| PolicyTrace {
+                enforced_policies: hits(&p["enforcedPolicies"]),
+                pending_policies: hits(&p["pendingPolicies"]),
+            }),
         }),
         start_time: int64(&v["startTime"]),
         end_time: int64(&v["endTime"]),
@@ -115,6 +121,45 @@ fn flow_of_json(line: &str) -> Flow {
         num_connections_completed: int64(&v["numConnectionsCompleted"]),
         num_connections_live: int64(&v["numConnectionsLive"]),
     }
+}
+
+/// Policy hits as protojson spells them (`kind` and `action` as enum names).
+fn hits(v: &Value) -> Vec<PolicyHit> {
+    let kind = |s: &str| {
+        [
+            "",
+            "CalicoNetworkPolicy",
+            "GlobalNetworkPolicy",
+            "StagedNetworkPolicy",
+            "StagedGlobalNetworkPolicy",
+            "StagedKubernetesNetworkPolicy",
+            "NetworkPolicy",
+            "AdminNetworkPolicy",
+            "BaselineAdminNetworkPolicy",
+            "Profile",
+            "EndOfTier",
+            "ClusterNetworkPolicy",
+        ]
+        .iter()
+        .position(|k| *k == s)
+        .map(|i| i as i32)
+    };
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|h| PolicyHit {
+            kind: enum_of(&h["kind"], kind),
+            namespace: string(&h["namespace"]),
+            name: string(&h["name"]),
+            tier: string(&h["tier"]),
+            action: enum_of(&h["action"], |s| Action::from_str_name(s).map(|e| e as i32)),
+            policy_index: int64(&h["policyIndex"]),
+            rule_index: int64(&h["ruleIndex"]),
+            trigger: h
+                .get("trigger")
+                .map(|t| Box::new(hits(&Value::Array(vec![t.clone()])).remove(0))),
+        })
+        .collect()
 }
 
 fn results_of(path: &Path) -> Vec<FlowResult> {
@@ -147,26 +192,22 @@ fn sorted(mut edges: Vec<EdgeSnapshot>) -> Vec<EdgeSnapshot> {
 #[test]
 fn prost_and_json_paths_build_identical_records() {
     for path in [example_path(), real_path()] {
-        let mut policy_only_in_json = 0;
+        let mut denied_with_policy = 0;
         for (n, line) in lines(&path).iter().enumerate() {
-            let Ok(Decoded::Record(mut from_json)) =
-                decode_line(Format::GoldmaneJson, line.as_bytes())
+            let Ok(Decoded::Record(from_json)) = decode_line(Format::GoldmaneJson, line.as_bytes())
             else {
                 panic!("{}:{}: not a record", path.display(), n + 1);
             };
             let from_prost = record_of_flow(&flow_of_json(line)).unwrap();
-            // ne-proto's FlowKey has no `policies`: the denying policy is JSON-only.
-            if from_json.policy.is_some() {
-                assert_eq!(from_json.verdict, Verdict::PolicyDenied);
-                assert_eq!(from_prost.policy, None);
-                from_json.policy = None;
-                policy_only_in_json += 1;
+            if from_prost.policy.is_some() {
+                assert_eq!(from_prost.verdict, Verdict::PolicyDenied);
+                denied_with_policy += 1;
             }
             assert_eq!(from_prost, from_json, "{}:{}", path.display(), n + 1);
         }
         // The example has one denied flow (data/default-deny), the real record none.
-        let expected_gaps = if path == example_path() { 1 } else { 0 };
-        assert_eq!(policy_only_in_json, expected_gaps, "{}", path.display());
+        let expected = if path == example_path() { 1 } else { 0 };
+        assert_eq!(denied_with_policy, expected, "{}", path.display());
     }
 }
 
