@@ -123,6 +123,16 @@ fn spawn_source(
                 Ok(())
             }))
         }
+        SourceKind::Hubble => {
+            let config = sources::hubble::HubbleConfig::from_args(args)?;
+            let sink = FlowSink::new(
+                table,
+                metrics,
+                Provider::Cilium,
+                SourceKind::Hubble.as_str(),
+            );
+            Ok(tokio::spawn(sources::hubble::run(config, sink, state)))
+        }
         other => anyhow::bail!(
             "--source {} is not available in this build yet; use --source file",
             other.as_str()

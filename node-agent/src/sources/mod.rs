@@ -3,6 +3,7 @@
 
 pub mod backoff;
 pub mod file;
+pub mod hubble;
 pub mod tls;
 pub mod ztunnel;
 
