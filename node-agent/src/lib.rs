@@ -152,10 +152,16 @@ fn spawn_source(
             );
             Ok(tokio::spawn(sources::goldmane::run(source, sink, state)))
         }
-        other => anyhow::bail!(
-            "--source {} is not available in this build yet",
-            other.as_str()
-        ),
+        SourceKind::Hubble => {
+            let config = sources::hubble::HubbleConfig::from_args(args)?;
+            let sink = FlowSink::new(
+                table,
+                metrics,
+                Provider::Cilium,
+                SourceKind::Hubble.as_str(),
+            );
+            Ok(tokio::spawn(sources::hubble::run(config, sink, state)))
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod backoff;
 pub mod file;
 pub mod goldmane;
+pub mod hubble;
 pub mod tls;
 pub mod ztunnel;
 
