@@ -33,7 +33,13 @@ pub struct Framed<'a> {
 /// Splits a CRI-framed line, or `None` when the line is not framed. The timestamp is
 /// checked for shape only (`YYYY-MM-DDT…`); it is not used.
 pub fn split(line: &[u8]) -> Option<Framed<'_>> {
-    let space = line.iter().position(|&b| b == b' ')?;
+    // Look at the timestamp's shape before searching for its end: a JSON line's first
+    // space can be kilobytes in.
+    if line.len() < 20 || !line[..4].iter().all(u8::is_ascii_digit) || line[4] != b'-' {
+        return None;
+    }
+    // An RFC 3339 timestamp with nanoseconds and an offset is at most 35 bytes.
+    let space = line.iter().take(40).position(|&b| b == b' ')?;
     let ts = &line[..space];
     let shaped = ts.len() >= 20
         && ts[..4].iter().all(u8::is_ascii_digit)

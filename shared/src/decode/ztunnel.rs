@@ -213,24 +213,33 @@ fn decode_text(line: &str) -> Result<Decoded, DecodeError> {
 }
 
 /// Parses `k=v` pairs; values are bare words or Rust Debug strings. Words without `=`
-/// are ignored.
+/// are ignored. Separators are ASCII white space (all ztunnel writes); scanning bytes
+/// rather than chars keeps this the cheap part of a line.
 fn fields<'a>(mut s: &'a str, out: &mut Access<'a>) -> Result<(), DecodeError> {
+    let word_end = |s: &str| {
+        s.bytes()
+            .position(|b| b.is_ascii_whitespace())
+            .unwrap_or(s.len())
+    };
     loop {
-        s = s.trim_start();
+        s = s.trim_ascii_start();
         if s.is_empty() {
             return Ok(());
         }
-        let word_end = s.find(char::is_whitespace).unwrap_or(s.len());
-        let Some(eq) = s[..word_end].find('=') else {
-            s = &s[word_end..];
+        let stop = s
+            .bytes()
+            .position(|b| b == b'=' || b.is_ascii_whitespace())
+            .unwrap_or(s.len());
+        if s.as_bytes().get(stop) != Some(&b'=') {
+            s = &s[word_end(s)..];
             continue;
-        };
-        let key = &s[..eq];
-        let after = &s[eq + 1..];
+        }
+        let key = &s[..stop];
+        let after = &s[stop + 1..];
         let (value, rest) = if let Some(quoted) = after.strip_prefix('"') {
             unquote(quoted).ok_or_else(|| DecodeError::UnterminatedQuote(key.to_owned()))?
         } else {
-            let end = after.find(char::is_whitespace).unwrap_or(after.len());
+            let end = word_end(after);
             (Cow::Borrowed(&after[..end]), &after[end..])
         };
         out.set(key, value);
