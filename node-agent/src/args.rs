@@ -88,7 +88,8 @@ pub struct Args {
     #[arg(long, env = "NE_FILE_FOLLOW")]
     pub follow: bool,
 
-    /// Leader address(es) `HOST:PORT[,HOST:PORT...]`, tried in turn (skips discovery).
+    /// Leader address(es) `HOST:PORT[,HOST:PORT...]`, tried in turn (skips discovery). Not
+    /// used yet: shipping to the leader arrives with the delta pipeline.
     #[arg(long, env = "NE_LEADER_ADDRESS", value_delimiter = ',')]
     pub leader_address: Vec<String>,
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
@@ -109,7 +110,12 @@ pub struct Args {
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct HubbleTls {
     /// CA bundle (PEM) to verify Relay's certificate; enables TLS.
-    #[arg(id = "hubble_tls_ca", long = "hubble-tls-ca", env = "NE_HUBBLE_TLS_CA")]
+    #[arg(
+        id = "hubble_tls_ca",
+        value_name = "FILE",
+        long = "hubble-tls-ca",
+        env = "NE_HUBBLE_TLS_CA"
+    )]
     pub ca: Option<PathBuf>,
     /// Client certificate (PEM) for mTLS.
     #[arg(
@@ -142,6 +148,7 @@ pub struct GoldmaneTls {
     /// CA bundle (PEM) that signed Goldmane's certificate.
     #[arg(
         id = "goldmane_tls_ca",
+        value_name = "FILE",
         long = "goldmane-tls-ca",
         env = "NE_GOLDMANE_TLS_CA"
     )]
@@ -149,6 +156,7 @@ pub struct GoldmaneTls {
     /// Client certificate (PEM) signed by the operator's CA.
     #[arg(
         id = "goldmane_tls_cert",
+        value_name = "FILE",
         long = "goldmane-tls-cert",
         env = "NE_GOLDMANE_TLS_CERT"
     )]
@@ -156,6 +164,7 @@ pub struct GoldmaneTls {
     /// Client key (PEM).
     #[arg(
         id = "goldmane_tls_key",
+        value_name = "FILE",
         long = "goldmane-tls-key",
         env = "NE_GOLDMANE_TLS_KEY"
     )]
@@ -163,6 +172,7 @@ pub struct GoldmaneTls {
     /// Server name to verify (default: the address's host).
     #[arg(
         id = "goldmane_tls_server_name",
+        value_name = "NAME",
         long = "goldmane-tls-server-name",
         env = "NE_GOLDMANE_TLS_SERVER_NAME"
     )]
