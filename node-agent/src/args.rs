@@ -81,8 +81,14 @@ pub struct Args {
     /// Capture file for `--source file`.
     #[arg(long, env = "NE_FILE", required_if_eq("source", "file"))]
     pub file: Option<PathBuf>,
-    /// Format of `--file` (`auto` detects it from the first lines).
-    #[arg(long, env = "NE_FILE_FORMAT", default_value = "auto")]
+    /// Format of `--file`: auto, hubble-json, ztunnel, goldmane-json or calico-flowlog
+    /// (`auto` detects it from the first lines).
+    #[arg(
+        long,
+        env = "NE_FILE_FORMAT",
+        value_name = "FORMAT",
+        default_value = "auto"
+    )]
     pub file_format: String,
     /// Keep reading `--file` as it grows, like `tail -f`.
     #[arg(long, env = "NE_FILE_FOLLOW")]
@@ -120,6 +126,7 @@ pub struct HubbleTls {
     /// Client certificate (PEM) for mTLS.
     #[arg(
         id = "hubble_tls_cert",
+        value_name = "FILE",
         long = "hubble-tls-cert",
         env = "NE_HUBBLE_TLS_CERT",
         requires = "hubble_tls_key"
@@ -128,6 +135,7 @@ pub struct HubbleTls {
     /// Client key (PEM) for mTLS.
     #[arg(
         id = "hubble_tls_key",
+        value_name = "FILE",
         long = "hubble-tls-key",
         env = "NE_HUBBLE_TLS_KEY",
         requires = "hubble_tls_cert"
@@ -136,6 +144,7 @@ pub struct HubbleTls {
     /// Server name to verify instead of the address's host (e.g. `ui.hubble-relay.cilium.io`).
     #[arg(
         id = "hubble_tls_server_name",
+        value_name = "NAME",
         long = "hubble-tls-server-name",
         env = "NE_HUBBLE_TLS_SERVER_NAME"
     )]
