@@ -23,7 +23,7 @@ mod wire;
 use super::DecodeError;
 use super::common::EnumVal;
 use super::hubble::{
-    EndpointFields, FlowFields, L4Fields, PolicyFields, WorkloadFields, flow_record,
+    EndpointFields, FlowFields, L4Fields, LabelSummary, PolicyFields, WorkloadFields, flow_record,
 };
 use crate::flow::{FlowRecord, Str, Timestamp};
 use wire::{Field, Reader};
@@ -208,6 +208,8 @@ struct EndpointAcc<'a> {
     namespace: Option<&'a str>,
     pod_name: Option<&'a str>,
     workload: Option<(Option<&'a str>, Option<&'a str>)>,
+    /// The labels of all occurrences, summarised as they are validated.
+    summary: LabelSummary<'a>,
 }
 
 impl<'a> EndpointAcc<'a> {
@@ -219,9 +221,7 @@ impl<'a> EndpointAcc<'a> {
             match f.number {
                 2 => self.identity = f.uint32("Endpoint.identity")?,
                 3 => self.namespace = Some(f.str("Endpoint.namespace")?),
-                4 => {
-                    f.str("Endpoint.labels")?;
-                }
+                4 => self.summary.add(f.str("Endpoint.labels")?),
                 5 => self.pod_name = Some(f.str("Endpoint.pod_name")?),
                 6 if self.workload.is_none() => {
                     let mut w = f.message("Endpoint.workloads")?;
@@ -264,6 +264,7 @@ impl<'a> EndpointAcc<'a> {
             namespace: self.namespace,
             pod_name: self.pod_name,
             labels,
+            summary: self.summary,
             workload: self
                 .workload
                 .map(|(name, kind)| WorkloadFields { name, kind }),

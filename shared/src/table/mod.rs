@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::edge::{self, Edge, EdgeSkip, Provider};
 use crate::flow::{FlowRecord, Timestamp};
 
-pub use key::EdgeKey;
+pub use key::{EdgeKey, EdgeKeyRef};
 use key::{EdgeView, KeyView};
 
 /// What [`FlowTable::record`] did with an edge.
@@ -197,6 +197,27 @@ impl FlowTable {
                 RecordOutcome::Inserted
             }
         }
+    }
+
+    /// Records `count` connections under `key` observed at `time`, building the edge with
+    /// `make_edge` only when the key is not in the table yet (the hot path for a record
+    /// still in its input bytes: a known edge costs no allocation). `make_edge` must
+    /// return an edge whose key equals `key`.
+    pub fn record_by_key<E>(
+        &self,
+        key: &EdgeKeyRef<'_>,
+        time: Timestamp,
+        count: u64,
+        make_edge: impl FnOnce() -> Result<Edge, E>,
+    ) -> Result<RecordOutcome, E> {
+        let view: &dyn KeyView = key;
+        if let Some(slot) = self.map.get(view) {
+            slot.stats.add(time, count);
+            return Ok(RecordOutcome::Updated);
+        }
+        let edge = make_edge()?;
+        debug_assert!(EdgeKey::of(&edge).view_eq(key));
+        Ok(self.record(&edge, time, count))
     }
 
     /// Derives the edge `flow` teaches under `provider`'s rules and records it, with
