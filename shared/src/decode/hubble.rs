@@ -475,7 +475,10 @@ impl<'s> LabelSummary<'s> {
                 n if n.starts_with("world") => Reserved::World,
                 _ => Reserved::Unknown,
             };
-            self.reserved = Some(self.reserved.map_or(r, |b| if rank(r) < rank(b) { r } else { b }));
+            self.reserved = Some(
+                self.reserved
+                    .map_or(r, |b| if rank(r) < rank(b) { r } else { b }),
+            );
         } else if self.namespace.is_none() {
             self.namespace = label.strip_prefix("k8s:io.kubernetes.pod.namespace=");
         }
@@ -548,7 +551,10 @@ pub(super) fn endpoint_id<'s, L>(e: &EndpointFields<'s, L>, ip: Option<IpAddr>) 
             name,
         })
     });
-    let pod_id = || pod.zip(namespace).map(|(name, namespace)| IdView::Pod { namespace, name });
+    let pod_id = || {
+        pod.zip(namespace)
+            .map(|(name, namespace)| IdView::Pod { namespace, name })
+    };
     match e.summary.reserved {
         Some(Reserved::World) => workload.or_else(pod_id).unwrap_or_else(|| world(ip)),
         Some(r) => IdView::Reserved(r),
