@@ -3,6 +3,8 @@
 //! Side by side in one run, on the same bytes:
 //! - `walker`: our borrowed protobuf walk (`hubble_pb::decode_response`), alone and with
 //!   edge derivation + `FlowTable::record_flow` ("pipeline");
+//! - `walker/fast`: the same walk straight into the table (`FlowTable::record_hubble`): the
+//!   key is borrowed from the bytes, and only an edge the table lacks is built owned;
 //! - `prost`: a plain prost decode into owned structs, alone and mapped to the same
 //!   `FlowRecord` and recorded the same way — what a straightforward agent would do.
 //!
@@ -192,11 +194,16 @@ fn record_of(flow: &pb::Flow) -> FlowRecord {
     }
 }
 
-/// Both pipelines must learn the same edges from the same bytes, or the comparison means
-/// nothing.
+/// All three pipelines must learn the same edges from the same bytes, or the comparison
+/// means nothing.
 fn same_edges(messages: &[Vec<u8>]) {
-    let (walker, prost) = (FlowTable::new(1 << 20), FlowTable::new(1 << 20));
+    let (walker, prost, fast) = (
+        FlowTable::new(1 << 20),
+        FlowTable::new(1 << 20),
+        FlowTable::new(1 << 20),
+    );
     for m in messages {
+        let _ = fast.record_hubble(m, Provider::Cilium);
         if let Ok(HubbleMessage::Flow(f)) = decode_response(m) {
             let _ = walker.record_flow(&f, Provider::Cilium);
         }
@@ -214,7 +221,13 @@ fn same_edges(messages: &[Vec<u8>]) {
         k
     };
     assert!(!walker.is_empty());
-    assert_eq!(keys(&walker), keys(&prost), "the two pipelines disagree");
+    assert_eq!(keys(&walker), keys(&prost), "walker and prost disagree");
+    let full = |t: &FlowTable| {
+        let mut s = t.snapshot();
+        s.sort_by_key(|s| s.key());
+        s
+    };
+    assert_eq!(full(&fast), full(&walker), "fast path and walker disagree");
 }
 
 fn bench(c: &mut Criterion) {
@@ -236,6 +249,14 @@ fn bench(c: &mut Criterion) {
                 if let Ok(HubbleMessage::Flow(flow)) = decode_response(m) {
                     let _ = black_box(table.record_flow(&flow, Provider::Cilium));
                 }
+            }
+        });
+    });
+    group.bench_function(BenchmarkId::new("walker", "fast"), |b| {
+        let table = FlowTable::new(1 << 20);
+        b.iter(|| {
+            for m in &messages {
+                let _ = black_box(table.record_hubble(m, Provider::Cilium));
             }
         });
     });

@@ -166,6 +166,72 @@ impl EndpointId {
     }
 }
 
+/// An [`EndpointId`] borrowed from wherever its names live (the owned id, or the bytes of
+/// a record being decoded): what the flow table hashes and compares, so that a record can
+/// be looked up before anything is allocated for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IdView<'a> {
+    Workload {
+        namespace: &'a str,
+        kind: WorkloadKind,
+        name: &'a str,
+    },
+    Pod {
+        namespace: &'a str,
+        name: &'a str,
+    },
+    PodGroup {
+        namespace: &'a str,
+        prefix: &'a str,
+    },
+    External(IpAddr),
+    Reserved(Reserved),
+}
+
+impl IdView<'_> {
+    /// The owned id (allocates its names).
+    pub fn to_id(self) -> EndpointId {
+        match self {
+            IdView::Workload {
+                namespace,
+                kind,
+                name,
+            } => EndpointId::Workload(WorkloadRef {
+                namespace: namespace.into(),
+                kind,
+                name: name.into(),
+            }),
+            IdView::Pod { namespace, name } => EndpointId::Pod {
+                namespace: namespace.into(),
+                name: name.into(),
+            },
+            IdView::PodGroup { namespace, prefix } => EndpointId::PodGroup {
+                namespace: namespace.into(),
+                prefix: prefix.into(),
+            },
+            IdView::External(ip) => EndpointId::External(ip),
+            IdView::Reserved(r) => EndpointId::Reserved(r),
+        }
+    }
+}
+
+impl EndpointId {
+    /// This id as a borrowed view.
+    pub fn view(&self) -> IdView<'_> {
+        match self {
+            EndpointId::Workload(w) => IdView::Workload {
+                namespace: &w.namespace,
+                kind: w.kind,
+                name: &w.name,
+            },
+            EndpointId::Pod { namespace, name } => IdView::Pod { namespace, name },
+            EndpointId::PodGroup { namespace, prefix } => IdView::PodGroup { namespace, prefix },
+            EndpointId::External(ip) => IdView::External(*ip),
+            EndpointId::Reserved(r) => IdView::Reserved(*r),
+        }
+    }
+}
+
 impl fmt::Display for EndpointId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -187,15 +253,16 @@ pub fn labels<K: Into<Str>, V: Into<Str>>(pairs: impl IntoIterator<Item = (K, V)
         .into_iter()
         .map(|(k, v)| (k.into(), v.into()))
         .collect();
+    // Stable, so equal keys keep their order and the last one's value moves forward.
     v.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut out: Vec<(Str, Str)> = Vec::with_capacity(v.len());
-    for (k, val) in v {
-        match out.last_mut() {
-            Some(last) if last.0 == k => last.1 = val,
-            _ => out.push((k, val)),
+    v.dedup_by(|later, kept| {
+        let same = later.0 == kept.0;
+        if same {
+            std::mem::swap(&mut later.1, &mut kept.1);
         }
-    }
-    out.into()
+        same
+    });
+    v.into()
 }
 
 /// One side of a flow.

@@ -15,8 +15,8 @@ use serde::de::IgnoredAny;
 use super::common::{CowStr, EnumVal, TimeVal, parse_ip, policy_ref, port};
 use super::{DecodeError, Decoded, SkipReason};
 use crate::flow::{
-    Endpoint, EndpointId, FlowRecord, Labels, ObservationPoint, Protocol, Reserved, Str, Timestamp,
-    Verdict, WorkloadKind, WorkloadRef, labels,
+    Endpoint, FlowRecord, IdView, Labels, ObservationPoint, Protocol, Reserved, Str, Timestamp,
+    Verdict, WorkloadKind, labels,
 };
 
 /// A `GetFlowsResponse` or a bare `Flow`: the flow's fields plus the wrapper's.
@@ -169,6 +169,7 @@ fn json_endpoint<'s>(
         namespace: e.namespace.as_deref(),
         pod_name: e.pod_name.as_deref(),
         labels: e.labels.iter().map(label_str),
+        summary: LabelSummary::of(e.labels.iter().map(label_str)),
         workload: e.workloads.first().map(|w| WorkloadFields {
             name: w.name.as_deref(),
             kind: w.kind.as_deref(),
@@ -278,6 +279,8 @@ pub(super) struct EndpointFields<'s, L> {
     pub namespace: Option<&'s str>,
     pub pod_name: Option<&'s str>,
     pub labels: L,
+    /// What `labels` say about the endpoint's identity.
+    pub summary: LabelSummary<'s>,
     /// The first of `workloads`.
     pub workload: Option<WorkloadFields<'s>>,
 }
@@ -294,18 +297,21 @@ pub(super) struct PolicyFields<'s> {
     pub namespace: Option<&'s str>,
 }
 
-/// Maps the borrowed fields of one flow to a [`FlowRecord`] (the Hubble rules, shared by
-/// both decoders).
-pub(super) fn flow_record<'s, L>(f: FlowFields<'s, L>) -> Result<FlowRecord, DecodeError>
-where
-    L: Iterator<Item = &'s str> + Clone,
-{
-    let non_empty = |s: &&str| !s.is_empty();
-    let node = f
-        .node_name
-        .filter(non_empty)
-        .or(f.response_node_name.filter(non_empty))
-        .map(Str::from);
+/// The checked scalars of a flow: everything edge derivation reads but the endpoints.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct FlowCore {
+    pub src_ip: Option<IpAddr>,
+    pub dst_ip: Option<IpAddr>,
+    pub protocol: Protocol,
+    pub source_port: u16,
+    pub destination_port: u16,
+    pub observation: ObservationPoint,
+    pub verdict: Verdict,
+    pub reply: Option<bool>,
+}
+
+/// Checks and maps the scalars of one flow; its errors are those of [`flow_record`].
+pub(super) fn flow_core<L>(f: &FlowFields<'_, L>) -> Result<FlowCore, DecodeError> {
     let src_ip = parse_ip("IP.source", f.ip_source)?;
     let dst_ip = parse_ip("IP.destination", f.ip_destination)?;
 
@@ -334,7 +340,36 @@ where
         f.drop_reason_desc.as_ref(),
         f.drop_reason,
     )?;
-    let denied_by = match observation {
+    Ok(FlowCore {
+        src_ip,
+        dst_ip,
+        protocol,
+        source_port,
+        destination_port,
+        observation,
+        verdict,
+        reply: f.is_reply.or(if f.reply == Some(true) {
+            Some(true)
+        } else {
+            None
+        }),
+    })
+}
+
+/// Maps the borrowed fields of one flow to a [`FlowRecord`] (the Hubble rules, shared by
+/// both decoders).
+pub(super) fn flow_record<'s, L>(f: FlowFields<'s, L>) -> Result<FlowRecord, DecodeError>
+where
+    L: Iterator<Item = &'s str> + Clone,
+{
+    let core = flow_core(&f)?;
+    let non_empty = |s: &&str| !s.is_empty();
+    let node = f
+        .node_name
+        .filter(non_empty)
+        .or(f.response_node_name.filter(non_empty))
+        .map(Str::from);
+    let denied_by = match core.observation {
         ObservationPoint::Ingress => [&f.ingress_denied_by, &f.egress_denied_by],
         _ => [&f.egress_denied_by, &f.ingress_denied_by],
     };
@@ -346,18 +381,14 @@ where
     Ok(FlowRecord {
         time: f.time,
         node,
-        source: endpoint(f.source, src_ip),
-        destination: endpoint(f.destination, dst_ip),
-        protocol,
-        source_port,
-        destination_port,
-        observation,
-        verdict,
-        reply: f.is_reply.or(if f.reply == Some(true) {
-            Some(true)
-        } else {
-            None
-        }),
+        source: endpoint(f.source, core.src_ip),
+        destination: endpoint(f.destination, core.dst_ip),
+        protocol: core.protocol,
+        source_port: core.source_port,
+        destination_port: core.destination_port,
+        observation: core.observation,
+        verdict: core.verdict,
+        reply: core.reply,
         destination_dns: f.destination_name.filter(non_empty).map(Str::from),
         policy,
         connections: 1,
@@ -404,30 +435,54 @@ fn verdict(
     )
 }
 
-/// Which reserved identity a set of `reserved:*` labels names. When several are present
-/// the most specific wins: host (identity 1) before kube-apiserver (which Cilium adds to
-/// the host or a remote node when the API server runs there), then remote-node and the
-/// rest; world last.
-fn reserved_from_labels<'s>(labels: impl Iterator<Item = &'s str>) -> Option<Reserved> {
-    let mut best: Option<Reserved> = None;
-    for l in labels {
-        let Some(name) = l.strip_prefix("reserved:") else {
-            continue;
-        };
-        let r = match name {
-            "host" => Reserved::Host,
-            "kube-apiserver" => Reserved::KubeApiserver,
-            "remote-node" => Reserved::RemoteNode,
-            "health" => Reserved::Health,
-            "init" => Reserved::Init,
-            "ingress" => Reserved::Ingress,
-            "unmanaged" => Reserved::Unmanaged,
-            n if n.starts_with("world") => Reserved::World,
-            _ => Reserved::Unknown,
-        };
-        best = Some(best.map_or(r, |b| if rank(r) < rank(b) { r } else { b }));
+/// What the labels of one endpoint say about its identity, gathered in one pass (the
+/// protobuf walker gathers it while it validates the labels).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct LabelSummary<'s> {
+    /// Whether the endpoint has any label at all.
+    pub any: bool,
+    /// Which reserved identity its `reserved:*` labels name. When several are present the
+    /// most specific wins: host (identity 1) before kube-apiserver (which Cilium adds to
+    /// the host or a remote node when the API server runs there), then remote-node and
+    /// the rest; world last.
+    pub reserved: Option<Reserved>,
+    /// The first `k8s:io.kubernetes.pod.namespace=` label's value.
+    pub namespace: Option<&'s str>,
+}
+
+impl<'s> LabelSummary<'s> {
+    /// The summary of `labels`.
+    pub fn of(labels: impl Iterator<Item = &'s str>) -> Self {
+        let mut summary = LabelSummary::default();
+        for l in labels {
+            summary.add(l);
+        }
+        summary
     }
-    best
+
+    /// Adds one label.
+    pub fn add(&mut self, label: &'s str) {
+        self.any = true;
+        if let Some(name) = label.strip_prefix("reserved:") {
+            let r = match name {
+                "host" => Reserved::Host,
+                "kube-apiserver" => Reserved::KubeApiserver,
+                "remote-node" => Reserved::RemoteNode,
+                "health" => Reserved::Health,
+                "init" => Reserved::Init,
+                "ingress" => Reserved::Ingress,
+                "unmanaged" => Reserved::Unmanaged,
+                n if n.starts_with("world") => Reserved::World,
+                _ => Reserved::Unknown,
+            };
+            self.reserved = Some(
+                self.reserved
+                    .map_or(r, |b| if rank(r) < rank(b) { r } else { b }),
+            );
+        } else if self.namespace.is_none() {
+            self.namespace = label.strip_prefix("k8s:io.kubernetes.pod.namespace=");
+        }
+    }
 }
 
 fn rank(r: Reserved) -> u8 {
@@ -463,9 +518,16 @@ fn reserved_from_identity(identity: u32) -> Option<Reserved> {
 /// `k8s:` labels without the prefix, dropping Cilium's bookkeeping keys.
 fn pod_labels<'s>(raw: impl Iterator<Item = &'s str>) -> Labels {
     labels(raw.filter_map(|l| {
-        let (k, v) = l.strip_prefix("k8s:")?.split_once('=')?;
-        let internal = k.starts_with("io.cilium.") || k == "io.kubernetes.pod.namespace";
-        (!internal).then(|| (Str::from(k), Str::from(v)))
+        let kv = l.strip_prefix("k8s:")?;
+        // The key is what precedes the first '=': these prefixes hold no '=', so testing
+        // them on `k=v` tests the key, without splitting the labels that are dropped.
+        let internal =
+            kv.starts_with("io.cilium.") || kv.starts_with("io.kubernetes.pod.namespace=");
+        if internal {
+            return None;
+        }
+        let (k, v) = kv.split_once('=')?;
+        Some((Str::from(k), Str::from(v)))
     }))
 }
 
@@ -473,49 +535,49 @@ fn pod_labels<'s>(raw: impl Iterator<Item = &'s str>) -> Labels {
 /// workloads, then the pod, then reserved identity numbers. A `reserved:world` endpoint
 /// that names a pod is that pod (Cilium's L7 proxy records resolve the pod by address
 /// while the identity is still world).
+pub(super) fn endpoint_id<'s, L>(e: &EndpointFields<'s, L>, ip: Option<IpAddr>) -> IdView<'s> {
+    let namespace = e
+        .namespace
+        .filter(|n| !n.is_empty())
+        .or(e.summary.namespace);
+    let pod = e.pod_name.filter(|p| !p.is_empty());
+    let world = |ip: Option<IpAddr>| ip.map_or(IdView::Reserved(Reserved::World), IdView::External);
+    let workload = e.workload.as_ref().and_then(|w| {
+        let kind = WorkloadKind::parse(w.kind?)?;
+        let name = w.name.filter(|n| !n.is_empty())?;
+        Some(IdView::Workload {
+            namespace: namespace?,
+            kind,
+            name,
+        })
+    });
+    let pod_id = || {
+        pod.zip(namespace)
+            .map(|(name, namespace)| IdView::Pod { namespace, name })
+    };
+    match e.summary.reserved {
+        Some(Reserved::World) => workload.or_else(pod_id).unwrap_or_else(|| world(ip)),
+        Some(r) => IdView::Reserved(r),
+        None => match workload.or_else(pod_id) {
+            Some(id) => id,
+            None if !e.summary.any => match reserved_from_identity(e.identity) {
+                Some(Reserved::World) => world(ip),
+                Some(r) => IdView::Reserved(r),
+                // CIDR identities (local scope 1<<24) are addresses outside the cluster.
+                None if (1 << 24..2 << 24).contains(&e.identity) => world(ip),
+                None => IdView::Reserved(Reserved::Unknown),
+            },
+            None => IdView::Reserved(Reserved::Unknown),
+        },
+    }
+}
+
+/// The owned endpoint: its id ([`endpoint_id`]), address and pod labels.
 fn endpoint<'s, L>(e: EndpointFields<'s, L>, ip: Option<IpAddr>) -> Endpoint
 where
     L: Iterator<Item = &'s str> + Clone,
 {
-    let namespace = e.namespace.filter(|n| !n.is_empty()).or_else(|| {
-        e.labels
-            .clone()
-            .find_map(|l| l.strip_prefix("k8s:io.kubernetes.pod.namespace="))
-    });
-    let pod = e.pod_name.filter(|p| !p.is_empty());
-    let world =
-        |ip: Option<IpAddr>| ip.map_or(EndpointId::Reserved(Reserved::World), EndpointId::External);
-    let workload = e.workload.and_then(|w| {
-        let kind = WorkloadKind::parse(w.kind?)?;
-        let name = w.name.filter(|n| !n.is_empty())?;
-        Some(EndpointId::Workload(WorkloadRef {
-            namespace: namespace?.into(),
-            kind,
-            name: name.into(),
-        }))
-    });
-    let pod_id = || {
-        pod.zip(namespace).map(|(p, ns)| EndpointId::Pod {
-            namespace: ns.into(),
-            name: p.into(),
-        })
-    };
-    let id = match reserved_from_labels(e.labels.clone()) {
-        Some(Reserved::World) => workload.or_else(pod_id).unwrap_or_else(|| world(ip)),
-        Some(r) => EndpointId::Reserved(r),
-        None => match workload.or_else(pod_id) {
-            Some(id) => id,
-            None if e.labels.clone().next().is_none() => match reserved_from_identity(e.identity) {
-                Some(Reserved::World) => world(ip),
-                Some(r) => EndpointId::Reserved(r),
-                // CIDR identities (local scope 1<<24) are addresses outside the cluster.
-                None if (1 << 24..2 << 24).contains(&e.identity) => world(ip),
-                None => EndpointId::Reserved(Reserved::Unknown),
-            },
-            None => EndpointId::Reserved(Reserved::Unknown),
-        },
-    };
-    Endpoint::new(id)
+    Endpoint::new(endpoint_id(&e, ip).to_id())
         .with_ip(ip)
         .with_labels(pod_labels(e.labels))
 }
@@ -523,6 +585,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flow::{EndpointId, WorkloadRef};
 
     fn one(line: &str) -> FlowRecord {
         match decode(line.as_bytes()) {

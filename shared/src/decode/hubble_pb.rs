@@ -18,14 +18,16 @@
 //! concatenated); of the `response_types` oneof the last member present wins, and a `flow`
 //! split over several occurrences is read from the last one (no encoder splits messages).
 
+mod endpoint;
+mod fast;
 mod wire;
 
 use super::DecodeError;
 use super::common::EnumVal;
-use super::hubble::{
-    EndpointFields, FlowFields, L4Fields, PolicyFields, WorkloadFields, flow_record,
-};
+use super::hubble::{FlowFields, L4Fields, PolicyFields, flow_record};
 use crate::flow::{FlowRecord, Str, Timestamp};
+use endpoint::{EndpointAcc, Labels};
+pub use fast::{HubbleRecorded, record_response};
 use wire::{Field, Reader};
 
 /// What one `GetFlowsResponse` carries.
@@ -133,6 +135,23 @@ enum Member<'a> {
 /// Decodes the bytes of one `GetFlowsResponse` (one gRPC message, as handed over by
 /// `ne_proto::raw::RawCodec`).
 pub fn decode_response(bytes: &[u8]) -> Result<HubbleMessage, DecodeError> {
+    match walk_response(bytes)? {
+        Walked::Flow(fields) => flow_record(fields).map(HubbleMessage::Flow),
+        Walked::Message(m) => Ok(m),
+    }
+}
+
+/// A response after the walk: a flow's borrowed fields, not yet mapped to a record, or
+/// any other member, decoded.
+// The flow is the common case; boxing it would cost an allocation per flow.
+#[allow(clippy::large_enum_variant)]
+enum Walked<'a> {
+    Flow(FlowFields<'a, Labels<'a>>),
+    Message(HubbleMessage),
+}
+
+/// Walks one `GetFlowsResponse`: every error [`decode_response`] reports, reported here.
+fn walk_response(bytes: &[u8]) -> Result<Walked<'_>, DecodeError> {
     let mut r = Reader::new(bytes, "GetFlowsResponse");
     let mut member = None;
     let mut node_name = None;
@@ -156,19 +175,19 @@ pub fn decode_response(bytes: &[u8]) -> Result<HubbleMessage, DecodeError> {
         }
     }
     match member {
-        Some(Member::Flow(flow)) => {
-            decode_flow(flow, node_name, time.get()).map(HubbleMessage::Flow)
+        Some(Member::Flow(flow)) => walk_flow(flow, node_name, time.get()).map(Walked::Flow),
+        Some(Member::LostEvents(m)) => lost_events(m).map(Walked::Message),
+        Some(Member::NodeStatus(m)) => {
+            node_status(m).map(|s| Walked::Message(HubbleMessage::NodeStatus(s)))
         }
-        Some(Member::LostEvents(m)) => lost_events(m),
-        Some(Member::NodeStatus(m)) => node_status(m).map(HubbleMessage::NodeStatus),
-        None => Ok(HubbleMessage::Other),
+        None => Ok(Walked::Message(HubbleMessage::Other)),
     }
 }
 
 /// Decodes the bytes of one bare `flow.Flow` (no response wrapper), e.g. from an exporter
 /// that writes flows as length-delimited protobuf.
 pub fn decode_flow_message(bytes: &[u8]) -> Result<FlowRecord, DecodeError> {
-    decode_flow(Reader::new(bytes, "Flow"), None, None)
+    walk_flow(Reader::new(bytes, "Flow"), None, None).and_then(flow_record)
 }
 
 /// A `google.protobuf.Timestamp`, merged over its occurrences.
@@ -195,113 +214,6 @@ impl TimeAcc {
     fn get(&self) -> Option<Timestamp> {
         self.present
             .then(|| crate::time::from_secs_nanos(self.seconds, i64::from(self.nanos)))
-    }
-}
-
-/// One endpoint (`Flow.source` = 8 or `Flow.destination` = 9), merged over occurrences.
-#[derive(Default)]
-struct EndpointAcc<'a> {
-    occurrences: u32,
-    /// The last occurrence's body (the labels of a single occurrence are read from it).
-    last: Option<Reader<'a>>,
-    identity: u32,
-    namespace: Option<&'a str>,
-    pod_name: Option<&'a str>,
-    workload: Option<(Option<&'a str>, Option<&'a str>)>,
-}
-
-impl<'a> EndpointAcc<'a> {
-    fn merge(&mut self, body: Reader<'a>) -> Result<(), DecodeError> {
-        self.occurrences += 1;
-        self.last = Some(body.clone());
-        let mut m = body;
-        while let Some(f) = m.next_field()? {
-            match f.number {
-                2 => self.identity = f.uint32("Endpoint.identity")?,
-                3 => self.namespace = Some(f.str("Endpoint.namespace")?),
-                4 => {
-                    f.str("Endpoint.labels")?;
-                }
-                5 => self.pod_name = Some(f.str("Endpoint.pod_name")?),
-                6 if self.workload.is_none() => {
-                    let mut w = f.message("Endpoint.workloads")?;
-                    let (mut name, mut kind) = (None, None);
-                    while let Some(f) = w.next_field()? {
-                        match f.number {
-                            1 => name = Some(f.str("Workload.name")?),
-                            2 => kind = Some(f.str("Workload.kind")?),
-                            _ => {}
-                        }
-                    }
-                    self.workload = Some((name, kind));
-                }
-                6 => {
-                    f.message("Endpoint.workloads")?;
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// The borrowed fields; `flow` is the flow's body, re-read for the labels when the
-    /// endpoint occurs more than once.
-    fn fields(&self, flow: &Reader<'a>, number: u32) -> EndpointFields<'a, Labels<'a>> {
-        let labels = match (&self.last, self.occurrences) {
-            (Some(body), 1) => Labels {
-                outer: Reader::empty(),
-                outer_number: number,
-                inner: body.clone(),
-            },
-            _ => Labels {
-                outer: flow.clone(),
-                outer_number: number,
-                inner: Reader::empty(),
-            },
-        };
-        EndpointFields {
-            identity: self.identity,
-            namespace: self.namespace,
-            pod_name: self.pod_name,
-            labels,
-            workload: self
-                .workload
-                .map(|(name, kind)| WorkloadFields { name, kind }),
-        }
-    }
-}
-
-/// The labels (`Endpoint.labels` = 4) of one endpoint: those of its current body, then
-/// those of each further occurrence of field `outer_number` in `outer`. Everything was
-/// validated by [`EndpointAcc::merge`], so a read error here only ends the iteration.
-#[derive(Clone, Debug)]
-struct Labels<'a> {
-    outer: Reader<'a>,
-    outer_number: u32,
-    inner: Reader<'a>,
-}
-
-impl<'a> Iterator for Labels<'a> {
-    type Item = &'a str;
-
-    fn next(&mut self) -> Option<&'a str> {
-        loop {
-            while let Some(f) = self.inner.next_field().ok()? {
-                if f.number == 4
-                    && f.is_bytes()
-                    && let Ok(label) = f.str("Endpoint.labels")
-                {
-                    return Some(label);
-                }
-            }
-            let body = loop {
-                let f = self.outer.next_field().ok()??;
-                if f.number == self.outer_number {
-                    break f.message("Flow.endpoint").ok()?;
-                }
-            };
-            self.inner = body;
-        }
     }
 }
 
@@ -368,11 +280,12 @@ fn policy<'a>(f: &Field<'a>) -> Result<PolicyFields<'a>, DecodeError> {
     Ok(PolicyFields { name, namespace })
 }
 
-fn decode_flow(
-    flow: Reader<'_>,
-    response_node_name: Option<&str>,
+/// Walks one `Flow`, validating everything the record reads, into its borrowed fields.
+fn walk_flow<'a>(
+    flow: Reader<'a>,
+    response_node_name: Option<&'a str>,
     response_time: Option<Timestamp>,
-) -> Result<FlowRecord, DecodeError> {
+) -> Result<FlowFields<'a, Labels<'a>>, DecodeError> {
     let mut m = flow.clone();
     let mut time = TimeAcc::default();
     let (mut verdict, mut drop_reason, mut direction, mut drop_reason_desc) = (0, 0, 0, 0);
@@ -425,7 +338,7 @@ fn decode_flow(
             _ => {}
         }
     }
-    flow_record(FlowFields {
+    Ok(FlowFields {
         time: time.get().or(response_time),
         node_name,
         response_node_name,

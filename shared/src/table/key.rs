@@ -4,7 +4,9 @@
 //!
 //! The trick: [`EdgeKey`] implements `Borrow<dyn KeyView>`, and both the owned key and a
 //! borrowed [`EdgeView`] hash and compare through the same [`KeyView`] accessors, which
-//! keeps `Hash` and `Eq` consistent between the two as `Borrow` requires.
+//! keeps `Hash` and `Eq` consistent between the two as `Borrow` requires. Identities are
+//! hashed as [`IdView`]s, so a key borrowed from undecoded bytes ([`EdgeKeyRef`]) finds
+//! the same entry as the owned key.
 
 use std::borrow::Borrow;
 use std::hash::{Hash, Hasher};
@@ -12,7 +14,7 @@ use std::hash::{Hash, Hasher};
 use serde::{Deserialize, Serialize};
 
 use crate::edge::Edge;
-use crate::flow::{Direction, EndpointId, Protocol, Str};
+use crate::flow::{Direction, EndpointId, IdView, Protocol, Str};
 
 /// What makes two edges the same entry: the identities on both sides, the peer's mesh
 /// identity, the transport and the server port. Labels, addresses and DNS names are
@@ -51,23 +53,23 @@ impl From<&Edge> for EdgeKey {
 /// Field access shared by the owned key and the borrowed view. Crate-internal: it exists
 /// only to make `DashMap::get` work on a borrowed edge.
 pub trait KeyView {
-    fn subject(&self) -> &EndpointId;
+    fn subject(&self) -> IdView<'_>;
     fn direction(&self) -> Direction;
-    fn peer(&self) -> &EndpointId;
+    fn peer(&self) -> IdView<'_>;
     fn peer_identity(&self) -> Option<&str>;
     fn protocol(&self) -> Protocol;
     fn port(&self) -> u16;
 }
 
 impl KeyView for EdgeKey {
-    fn subject(&self) -> &EndpointId {
-        &self.subject
+    fn subject(&self) -> IdView<'_> {
+        self.subject.view()
     }
     fn direction(&self) -> Direction {
         self.direction
     }
-    fn peer(&self) -> &EndpointId {
-        &self.peer
+    fn peer(&self) -> IdView<'_> {
+        self.peer.view()
     }
     fn peer_identity(&self) -> Option<&str> {
         self.peer_identity.as_deref()
@@ -84,14 +86,14 @@ impl KeyView for EdgeKey {
 pub struct EdgeView<'e>(pub &'e Edge);
 
 impl KeyView for EdgeView<'_> {
-    fn subject(&self) -> &EndpointId {
-        &self.0.subject.id
+    fn subject(&self) -> IdView<'_> {
+        self.0.subject.id.view()
     }
     fn direction(&self) -> Direction {
         self.0.direction
     }
-    fn peer(&self) -> &EndpointId {
-        &self.0.peer.id
+    fn peer(&self) -> IdView<'_> {
+        self.0.peer.id.view()
     }
     fn peer_identity(&self) -> Option<&str> {
         self.0.peer.identity.as_deref()
@@ -101,6 +103,40 @@ impl KeyView for EdgeView<'_> {
     }
     fn port(&self) -> u16 {
         self.0.port
+    }
+}
+
+/// A key borrowed from a record being decoded: the fast path looks it up before it builds
+/// anything owned. It hashes and compares exactly like the [`EdgeKey`] with the same
+/// fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EdgeKeyRef<'a> {
+    pub subject: IdView<'a>,
+    pub direction: Direction,
+    pub peer: IdView<'a>,
+    pub peer_identity: Option<&'a str>,
+    pub protocol: Protocol,
+    pub port: u16,
+}
+
+impl KeyView for EdgeKeyRef<'_> {
+    fn subject(&self) -> IdView<'_> {
+        self.subject
+    }
+    fn direction(&self) -> Direction {
+        self.direction
+    }
+    fn peer(&self) -> IdView<'_> {
+        self.peer
+    }
+    fn peer_identity(&self) -> Option<&str> {
+        self.peer_identity
+    }
+    fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+    fn port(&self) -> u16 {
+        self.port
     }
 }
 
@@ -138,5 +174,13 @@ impl Hash for EdgeKey {
 impl<'a> Borrow<dyn KeyView + 'a> for EdgeKey {
     fn borrow(&self) -> &(dyn KeyView + 'a) {
         self
+    }
+}
+
+impl EdgeKey {
+    /// Whether this key and `key` name the same entry.
+    pub(super) fn view_eq(&self, key: &EdgeKeyRef<'_>) -> bool {
+        let (a, b): (&dyn KeyView, &dyn KeyView) = (self, key);
+        a == b
     }
 }

@@ -23,10 +23,12 @@ use dashmap::mapref::entry::Entry;
 use foldhash::fast::RandomState;
 use serde::{Deserialize, Serialize};
 
+use crate::decode::DecodeError;
+use crate::decode::hubble_pb::{self, HubbleRecorded};
 use crate::edge::{self, Edge, EdgeSkip, Provider};
 use crate::flow::{FlowRecord, Timestamp};
 
-pub use key::EdgeKey;
+pub use key::{EdgeKey, EdgeKeyRef};
 use key::{EdgeView, KeyView};
 
 /// What [`FlowTable::record`] did with an edge.
@@ -199,6 +201,27 @@ impl FlowTable {
         }
     }
 
+    /// Records `count` connections under `key` observed at `time`, building the edge with
+    /// `make_edge` only when the key is not in the table yet (the hot path for a record
+    /// still in its input bytes: a known edge costs no allocation). `make_edge` must
+    /// return an edge whose key equals `key`.
+    pub fn record_by_key<E>(
+        &self,
+        key: &EdgeKeyRef<'_>,
+        time: Timestamp,
+        count: u64,
+        make_edge: impl FnOnce() -> Result<Edge, E>,
+    ) -> Result<RecordOutcome, E> {
+        let view: &dyn KeyView = key;
+        if let Some(slot) = self.map.get(view) {
+            slot.stats.add(time, count);
+            return Ok(RecordOutcome::Updated);
+        }
+        let edge = make_edge()?;
+        debug_assert!(EdgeKey::of(&edge).view_eq(key));
+        Ok(self.record(&edge, time, count))
+    }
+
     /// Derives the edge `flow` teaches under `provider`'s rules and records it, with
     /// `flow.connections` as the count and `flow.time` (or 0 when unknown) as the time.
     pub fn record_flow(
@@ -208,6 +231,16 @@ impl FlowTable {
     ) -> Result<RecordOutcome, EdgeSkip> {
         let edge = edge::derive(flow, provider)?;
         Ok(self.record(&edge, flow.time.unwrap_or_default(), flow.connections))
+    }
+
+    /// Decodes one Hubble `GetFlowsResponse` and records its edge without allocating when
+    /// the edge is known: [`crate::decode::hubble_pb::record_response`] on this table.
+    pub fn record_hubble(
+        &self,
+        bytes: &[u8],
+        provider: Provider,
+    ) -> Result<HubbleRecorded, DecodeError> {
+        hubble_pb::record_response(self, bytes, provider)
     }
 
     /// Number of distinct edges held.

@@ -427,3 +427,39 @@ fn two_threads_lose_no_update_and_concurrent_drains_miss_nothing() {
     );
     assert_eq!(table.dropped(), 0);
 }
+
+/// A borrowed key (as the Hubble fast path builds it) hashes and compares like the owned
+/// one: it finds the entry, and the edge is not built again.
+#[test]
+fn a_borrowed_key_finds_the_owned_entry_without_building_the_edge() {
+    let table = FlowTable::new(16);
+    let keys = [(1, 2, true, false), (1, 3, false, true), (4, 5, true, true)];
+    for (subject, peer, egress, identity) in keys {
+        let e = edge(K {
+            subject,
+            peer,
+            egress,
+            port: 443,
+            udp: false,
+            identity,
+        });
+        assert_eq!(table.record(&e, Timestamp(5), 1), RecordOutcome::Inserted);
+        let key = EdgeKey::of(&e);
+        let view = EdgeKeyRef {
+            subject: key.subject.view(),
+            direction: key.direction,
+            peer: key.peer.view(),
+            peer_identity: key.peer_identity.as_deref(),
+            protocol: key.protocol,
+            port: key.port,
+        };
+        let got = table.record_by_key(&view, Timestamp(9), 2, || Err::<Edge, ()>(()));
+        assert_eq!(got, Ok(RecordOutcome::Updated));
+    }
+    let snap = table.snapshot();
+    assert_eq!(snap.len(), 3);
+    assert!(
+        snap.iter()
+            .all(|s| s.count == 3 && s.last_seen == Timestamp(9))
+    );
+}

@@ -931,3 +931,157 @@ fn reserved_identities_without_labels() {
         EndpointId::External("10.0.2.9".parse().unwrap())
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The fast path (`record_response`) against `decode_response` + `record_flow`
+
+use crate::edge::Provider;
+use crate::table::{EdgeSnapshot, FlowTable};
+
+/// The slow path, in the fast path's terms.
+fn record_slow(
+    table: &FlowTable,
+    bytes: &[u8],
+    provider: Provider,
+) -> Result<HubbleRecorded, DecodeError> {
+    Ok(match decode_response(bytes)? {
+        HubbleMessage::Flow(f) => HubbleRecorded::Flow(table.record_flow(&f, provider)),
+        HubbleMessage::LostEvents { source, count } => HubbleRecorded::LostEvents { source, count },
+        HubbleMessage::NodeStatus(s) => HubbleRecorded::NodeStatus(s),
+        HubbleMessage::Other => HubbleRecorded::Other,
+    })
+}
+
+fn sorted(table: &FlowTable) -> Vec<EdgeSnapshot> {
+    let mut s = table.snapshot();
+    s.sort_by_key(EdgeSnapshot::key);
+    s
+}
+
+fn mutate(mut bytes: Vec<u8>, edits: Vec<(prop::sample::Index, u8, u8)>) -> Vec<u8> {
+    for (at, byte, op) in edits {
+        if bytes.is_empty() {
+            break;
+        }
+        let i = at.index(bytes.len());
+        match op {
+            0 => bytes[i] ^= byte.max(1),
+            1 => {
+                bytes.remove(i);
+            }
+            _ => bytes.insert(i, byte),
+        }
+    }
+    bytes
+}
+
+/// Messages of every kind: random flows (mostly skipped), flows that teach an edge, split
+/// endpoints, lost events and node status, and corrupted bytes.
+fn arb_message() -> BoxedStrategy<Vec<u8>> {
+    let learnable = || {
+        (arb_response(), 1i32..3, any::<bool>())
+            .prop_map(|(mut r, dir, tcp)| {
+                if let Some(ResponseTypes::Flow(f)) = &mut r.response_types {
+                    f.verdict = 1;
+                    f.is_reply = None;
+                    f.reply = false;
+                    f.traffic_direction = dir;
+                    if tcp {
+                        f.l4 = Some(Layer4 {
+                            protocol: Some(layer4::Protocol::Tcp(Tcp {
+                                source_port: 40_000,
+                                destination_port: 8080,
+                                flags: None,
+                            })),
+                        });
+                    }
+                }
+                r.encode_to_vec()
+            })
+            .boxed()
+    };
+    let split = (arb_endpoint(), arb_flow())
+        .prop_map(|(extra, flow)| {
+            let mut bytes = flow.encode_to_vec();
+            encode_key(8, WireType::LengthDelimited, &mut bytes);
+            encode_varint(extra.encoded_len() as u64, &mut bytes);
+            extra.encode(&mut bytes).unwrap();
+            let mut response = Vec::new();
+            encode_key(1, WireType::LengthDelimited, &mut response);
+            encode_varint(bytes.len() as u64, &mut response);
+            response.extend_from_slice(&bytes);
+            response
+        })
+        .boxed();
+    let other = prop_oneof![
+        Just(GetFlowsResponse {
+            response_types: Some(ResponseTypes::LostEvents(LostEvent {
+                source: 2,
+                num_events_lost: 7,
+                ..Default::default()
+            })),
+            ..Default::default()
+        }),
+        Just(GetFlowsResponse {
+            response_types: Some(ResponseTypes::NodeStatus(NodeStatusEvent {
+                state_change: 2,
+                node_names: vec!["worker-3".into()],
+                message: "gone".into(),
+            })),
+            ..Default::default()
+        }),
+        Just(GetFlowsResponse::default()),
+    ]
+    .prop_map(|r| r.encode_to_vec())
+    .boxed();
+    let edits = prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0u8..3), 1..4);
+    prop_oneof![
+        3 => arb_response().prop_map(|r| r.encode_to_vec()).boxed(),
+        6 => learnable(),
+        1 => split,
+        1 => other,
+        2 => (learnable(), edits).prop_map(|(bytes, edits)| mutate(bytes, edits)).boxed(),
+    ]
+    .boxed()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Message for message, the fast path answers like the slow path (errors, skips,
+    /// outcomes), and the two tables end up identical: same entries with the same first
+    /// edge, counts and times. Each batch is recorded twice, so the second pass is all
+    /// hits; a small capacity makes tables fill up and drop.
+    #[test]
+    fn fast_path_records_like_the_slow_path(
+        messages in prop::collection::vec(arb_message(), 1..24),
+        provider in prop::sample::select(&[Provider::Cilium, Provider::Calico, Provider::Istio][..]),
+        capacity in prop_oneof![Just(1usize << 10), 0usize..4],
+    ) {
+        let (fast, slow) = (FlowTable::new(capacity), FlowTable::new(capacity));
+        for bytes in messages.iter().chain(&messages) {
+            prop_assert_eq!(
+                fast.record_hubble(bytes, provider),
+                record_slow(&slow, bytes, provider)
+            );
+        }
+        prop_assert_eq!(sorted(&fast), sorted(&slow));
+        prop_assert_eq!(fast.dropped(), slow.dropped());
+    }
+}
+
+#[test]
+fn fast_path_learns_the_captures_like_the_slow_path() {
+    let (fast, slow) = (FlowTable::new(1 << 10), FlowTable::new(1 << 10));
+    let mut recorded = 0;
+    for (_, line) in capture_lines() {
+        let bytes = response_from_json(&line).encode_to_vec();
+        for _ in 0..2 {
+            let got = fast.record_hubble(&bytes, Provider::Cilium);
+            assert_eq!(got, record_slow(&slow, &bytes, Provider::Cilium), "{line}");
+            recorded += usize::from(matches!(got, Ok(HubbleRecorded::Flow(Ok(_)))));
+        }
+    }
+    assert!(recorded > 0 && !fast.is_empty());
+    assert_eq!(sorted(&fast), sorted(&slow));
+}

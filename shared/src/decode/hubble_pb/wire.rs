@@ -62,11 +62,25 @@ impl<'a> Reader<'a> {
         Reader::new(&[], "")
     }
 
+    #[cold]
+    #[inline(never)]
     fn err(&self, at: usize, reason: &'static str) -> DecodeError {
         error(self.name, self.base + at, reason)
     }
 
+    #[inline]
     fn varint(&mut self) -> Result<u64, DecodeError> {
+        // Keys, lengths and small numbers: one byte.
+        if let Some(&byte) = self.buf.get(self.pos)
+            && byte < 0x80
+        {
+            self.pos += 1;
+            return Ok(u64::from(byte));
+        }
+        self.varint_long()
+    }
+
+    fn varint_long(&mut self) -> Result<u64, DecodeError> {
         let start = self.pos;
         let mut value = 0u64;
         for i in 0..10 {
@@ -85,6 +99,7 @@ impl<'a> Reader<'a> {
         Err(self.err(start, "varint longer than 10 bytes"))
     }
 
+    #[inline]
     fn take(&mut self, len: usize, reason: &'static str) -> Result<&'a [u8], DecodeError> {
         let start = self.pos;
         let end = start
@@ -96,6 +111,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads a field key: `(number, wire type)`.
+    #[inline]
     fn key(&mut self) -> Result<(u32, u8), DecodeError> {
         let at = self.pos;
         let key = self.varint()?;
@@ -107,6 +123,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The value of a field whose key was just read.
+    #[inline]
     fn value(
         &mut self,
         number: u32,
@@ -164,6 +181,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next field, or `None` at the end of the message.
+    #[inline]
     pub(super) fn next_field(&mut self) -> Result<Option<Field<'a>>, DecodeError> {
         if self.pos >= self.buf.len() {
             return Ok(None);
@@ -180,12 +198,15 @@ impl<'a> Reader<'a> {
 }
 
 impl<'a> Field<'a> {
+    #[cold]
+    #[inline(never)]
     fn wrong_type(&self, field: &'static str) -> DecodeError {
         error(field, self.offset, "wrong wire type for a known field")
     }
 
     /// A varint field (`int32`, `uint32`, `int64`, `uint64`, `bool`, enums), as the raw 64
     /// bits; narrower types truncate as protobuf specifies.
+    #[inline]
     pub(super) fn varint(&self, field: &'static str) -> Result<u64, DecodeError> {
         match self.value {
             Value::Varint(v) => Ok(v),
@@ -194,21 +215,25 @@ impl<'a> Field<'a> {
     }
 
     /// A `uint32` field.
+    #[inline]
     pub(super) fn uint32(&self, field: &'static str) -> Result<u32, DecodeError> {
         self.varint(field).map(|v| v as u32)
     }
 
     /// An `int32` or enum field.
+    #[inline]
     pub(super) fn int32(&self, field: &'static str) -> Result<i32, DecodeError> {
         self.varint(field).map(|v| v as i32)
     }
 
     /// A `bool` field.
+    #[inline]
     pub(super) fn bool(&self, field: &'static str) -> Result<bool, DecodeError> {
         self.varint(field).map(|v| v != 0)
     }
 
     /// An embedded message, as a reader over its fields.
+    #[inline]
     pub(super) fn message(&self, field: &'static str) -> Result<Reader<'a>, DecodeError> {
         match self.value {
             Value::Bytes(buf, base) => Ok(Reader {
@@ -222,6 +247,7 @@ impl<'a> Field<'a> {
     }
 
     /// A `string` field, checked to be UTF-8.
+    #[inline]
     pub(super) fn str(&self, field: &'static str) -> Result<&'a str, DecodeError> {
         match self.value {
             Value::Bytes(buf, base) => std::str::from_utf8(buf)
@@ -232,6 +258,7 @@ impl<'a> Field<'a> {
 
     /// Whether this is a length-delimited field (for iterators that re-read fields already
     /// validated).
+    #[inline]
     pub(super) fn is_bytes(&self) -> bool {
         matches!(self.value, Value::Bytes(..))
     }
