@@ -102,43 +102,63 @@ impl fmt::Display for EdgeSkip {
     }
 }
 
-/// The direction (and so the subject side) a flow is learnable in, or why it is not.
-/// Shared by edge derivation and by violation checks, which look at the same side.
-pub fn direction_of(flow: &FlowRecord) -> Result<Direction, EdgeSkip> {
-    match flow.observation {
-        ObservationPoint::Egress => Ok(Direction::Egress),
-        ObservationPoint::Ingress => Ok(Direction::Ingress),
-        ObservationPoint::Unknown => Err(EdgeSkip::UnknownDirection),
+/// The scalars of a flow the learning rules look at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Learnable {
+    pub reply: Option<bool>,
+    pub verdict: Verdict,
+    pub protocol: Protocol,
+    pub destination_port: u16,
+    pub observation: ObservationPoint,
+    /// The source carries a mesh identity.
+    pub source_identity: bool,
+}
+
+impl Learnable {
+    /// The learning rules of ARCHITECTURE §3, in order: the direction the flow teaches, or
+    /// why it teaches nothing. The one place these rules live.
+    pub fn direction(self, provider: Provider) -> Result<Direction, EdgeSkip> {
+        if self.reply == Some(true) {
+            return Err(EdgeSkip::Reply);
+        }
+        if self.verdict != Verdict::Forwarded {
+            return Err(EdgeSkip::NotForwarded);
+        }
+        if !self.protocol.is_policy_protocol() {
+            return Err(EdgeSkip::Protocol);
+        }
+        if self.destination_port == 0 {
+            return Err(EdgeSkip::NoPort);
+        }
+        let direction = match self.observation {
+            ObservationPoint::Egress => Direction::Egress,
+            ObservationPoint::Ingress => Direction::Ingress,
+            ObservationPoint::Unknown => return Err(EdgeSkip::UnknownDirection),
+        };
+        if !provider.learns(direction) {
+            return Err(EdgeSkip::DirectionNotLearned);
+        }
+        if provider == Provider::Istio && self.protocol != Protocol::Tcp {
+            return Err(EdgeSkip::Protocol);
+        }
+        if provider == Provider::Istio && !self.source_identity {
+            return Err(EdgeSkip::NoIdentity);
+        }
+        Ok(direction)
     }
 }
 
 /// Derives the edge a flow teaches under `provider`'s rules.
 pub fn derive(flow: &FlowRecord, provider: Provider) -> Result<Edge, EdgeSkip> {
-    if flow.reply == Some(true) {
-        return Err(EdgeSkip::Reply);
+    let direction = Learnable {
+        reply: flow.reply,
+        verdict: flow.verdict,
+        protocol: flow.protocol,
+        destination_port: flow.destination_port,
+        observation: flow.observation,
+        source_identity: flow.source.identity.is_some(),
     }
-    if flow.verdict != Verdict::Forwarded {
-        return Err(EdgeSkip::NotForwarded);
-    }
-    if !flow.protocol.is_policy_protocol() {
-        return Err(EdgeSkip::Protocol);
-    }
-    if flow.destination_port == 0 {
-        return Err(EdgeSkip::NoPort);
-    }
-    let direction = direction_of(flow)?;
-    if !provider.learns(direction) {
-        return Err(EdgeSkip::DirectionNotLearned);
-    }
-    if provider == Provider::Istio
-        && (flow.protocol != Protocol::Tcp || flow.source.identity.is_none())
-    {
-        return Err(if flow.protocol != Protocol::Tcp {
-            EdgeSkip::Protocol
-        } else {
-            EdgeSkip::NoIdentity
-        });
-    }
+    .direction(provider)?;
     let (subject, peer, peer_dns) = match direction {
         Direction::Egress => (
             &flow.source,

@@ -14,8 +14,8 @@
 use super::{HubbleMessage, LostEventSource, NodeStatus, Walked, walk_response};
 use crate::decode::DecodeError;
 use crate::decode::hubble::{FlowCore, endpoint_id, flow_core, flow_record};
-use crate::edge::{self, Edge, EdgeSkip, Provider};
-use crate::flow::{Direction, ObservationPoint, Protocol, Verdict};
+use crate::edge::{self, Edge, EdgeSkip, Learnable, Provider};
+use crate::flow::Direction;
 use crate::table::{EdgeKeyRef, FlowTable, RecordOutcome};
 
 /// What [`record_response`] did with one `GetFlowsResponse`.
@@ -96,36 +96,16 @@ enum Miss {
     Skip(EdgeSkip),
 }
 
-/// The rules of [`edge::derive`], in its order, on the checked scalars of a Hubble flow:
-/// the direction learned, or why none is.
+/// The rules of [`edge::derive`] on the checked scalars of a Hubble flow (Hubble never
+/// carries a mesh identity).
 fn direction(core: &FlowCore, provider: Provider) -> Result<Direction, EdgeSkip> {
-    if core.reply == Some(true) {
-        return Err(EdgeSkip::Reply);
+    Learnable {
+        reply: core.reply,
+        verdict: core.verdict,
+        protocol: core.protocol,
+        destination_port: core.destination_port,
+        observation: core.observation,
+        source_identity: false,
     }
-    if core.verdict != Verdict::Forwarded {
-        return Err(EdgeSkip::NotForwarded);
-    }
-    if !core.protocol.is_policy_protocol() {
-        return Err(EdgeSkip::Protocol);
-    }
-    if core.destination_port == 0 {
-        return Err(EdgeSkip::NoPort);
-    }
-    let direction = match core.observation {
-        ObservationPoint::Egress => Direction::Egress,
-        ObservationPoint::Ingress => Direction::Ingress,
-        ObservationPoint::Unknown => return Err(EdgeSkip::UnknownDirection),
-    };
-    if !provider.learns(direction) {
-        return Err(EdgeSkip::DirectionNotLearned);
-    }
-    if provider == Provider::Istio {
-        // Istio edges need the source's mesh identity, which Hubble never carries.
-        return Err(if core.protocol != Protocol::Tcp {
-            EdgeSkip::Protocol
-        } else {
-            EdgeSkip::NoIdentity
-        });
-    }
-    Ok(direction)
+    .direction(provider)
 }
