@@ -32,8 +32,8 @@ impl SourceKind {
     }
 }
 
-/// Network Enforcer node agent: reads this node's flows from the data plane, pre-aggregates
-/// them into edges and ships the changes to the leader.
+/// Network Enforcer node agent: reads this node's flows from the data plane and
+/// pre-aggregates them into edges, exposing what it sees on /metrics.
 #[derive(Debug, Parser)]
 #[command(name = "ne-agent", version)]
 pub struct Args {
