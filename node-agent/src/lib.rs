@@ -42,6 +42,8 @@ pub fn init_logging(format: LogFormat) {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let metrics = Arc::new(AgentMetrics::default());
     let table = Arc::new(FlowTable::new(args.max_edges));
+    // Denials are few next to edges: a tenth of the edge cap bounds them.
+    let denials = Arc::new(FlowTable::new((args.max_edges / 10).max(1)));
     let state = SourceState::default();
     let listener = http::bind(args.metrics_address).await.with_context(|| {
         format!(
@@ -66,7 +68,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let source = spawn_source(&args, table.clone(), metrics.clone(), state.clone())?;
+    let sink = |provider: Provider, source: SourceKind| {
+        FlowSink::new(table.clone(), metrics.clone(), provider, source.as_str())
+            .with_denials(denials.clone())
+    };
+    let source = spawn_source(&args, sink, state.clone())?;
     let mut ticker = tokio::time::interval(args.flush_interval);
     let stop = shutdown_signal();
     tokio::pin!(stop);
@@ -74,6 +80,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         tokio::select! {
             _ = ticker.tick() => {
                 metrics.edges.set(i64::try_from(table.len()).unwrap_or(i64::MAX));
+                metrics.denied_edges.set(i64::try_from(denials.len()).unwrap_or(i64::MAX));
             }
             () = &mut stop => break,
         }
@@ -94,15 +101,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
 fn spawn_source(
     args: &Args,
-    table: Arc<FlowTable>,
-    metrics: Arc<AgentMetrics>,
+    sink: impl Fn(Provider, SourceKind) -> FlowSink,
     state: SourceState,
 ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
     match args.source {
         SourceKind::File => {
             let path = args.file.clone().context("--source file needs --file")?;
             let format = sources::file::format_of(&path, &args.file_format)?;
-            let sink = FlowSink::new(table, metrics, format.provider(), SourceKind::File.as_str());
+            let sink = sink(format.provider(), SourceKind::File);
             let (follow, poll) = (args.follow, args.ztunnel_poll_interval);
             Ok(tokio::task::spawn_blocking(move || {
                 let source = sources::file::FileSource {
@@ -125,12 +131,7 @@ fn spawn_source(
                 },
                 ..tail::TailConfig::default()
             };
-            let sink = FlowSink::new(
-                table,
-                metrics,
-                Provider::Istio,
-                SourceKind::Ztunnel.as_str(),
-            );
+            let sink = sink(Provider::Istio, SourceKind::Ztunnel);
             let poll = args.ztunnel_poll_interval;
             Ok(tokio::task::spawn_blocking(move || {
                 sources::ztunnel::run(config, poll, &sink, &state);
@@ -144,22 +145,12 @@ fn spawn_source(
                 address = source.address(),
                 "reading Goldmane's cluster-wide stream: run this agent as one replica"
             );
-            let sink = FlowSink::new(
-                table,
-                metrics,
-                Provider::Calico,
-                SourceKind::Goldmane.as_str(),
-            );
+            let sink = sink(Provider::Calico, SourceKind::Goldmane);
             Ok(tokio::spawn(sources::goldmane::run(source, sink, state)))
         }
         SourceKind::Hubble => {
             let config = sources::hubble::HubbleConfig::from_args(args)?;
-            let sink = FlowSink::new(
-                table,
-                metrics,
-                Provider::Cilium,
-                SourceKind::Hubble.as_str(),
-            );
+            let sink = sink(Provider::Cilium, SourceKind::Hubble);
             Ok(tokio::spawn(sources::hubble::run(config, sink, state)))
         }
     }

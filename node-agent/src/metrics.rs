@@ -40,6 +40,8 @@ pub enum DropReason {
     partial_line,
     /// A log line longer than the limit.
     overlong_line,
+    /// A policy denial not kept: the denial table is full.
+    denials_full,
 }
 
 impl From<EdgeSkip> for DropReason {
@@ -96,6 +98,7 @@ pub struct AgentMetrics {
     pub lost_events: Family<LostLabel, Counter>,
     pub scraper_lag: LagHistogram,
     pub edges: Gauge,
+    pub denied_edges: Gauge,
     pub source_connected: Gauge,
     pub source_reconnects: Counter,
     pub file_events: Family<FileEventLabel, Counter>,

@@ -19,6 +19,8 @@ use crate::metrics::{AgentMetrics, DropReason, SourceLabel};
 #[derive(Clone, Debug)]
 pub struct FlowSink {
     table: Arc<FlowTable>,
+    /// Policy denials, kept apart from learning as protect-mode observations.
+    denials: Option<Arc<FlowTable>>,
     metrics: Arc<AgentMetrics>,
     provider: Provider,
     received: Counter,
@@ -38,10 +40,23 @@ impl FlowSink {
             .clone();
         FlowSink {
             table,
+            denials: None,
             metrics,
             provider,
             received,
         }
+    }
+
+    /// Also keeps policy denials (as edges of what was denied) in `denials`, for the
+    /// violations pipeline.
+    pub fn with_denials(mut self, denials: Arc<FlowTable>) -> Self {
+        self.denials = Some(denials);
+        self
+    }
+
+    /// The denials kept, if any.
+    pub fn denials(&self) -> Option<&FlowTable> {
+        self.denials.as_deref()
     }
 
     /// The agent's metrics.
@@ -61,6 +76,13 @@ impl FlowSink {
             self.metrics
                 .scraper_lag
                 .record_nanos(now_nanos().saturating_sub(t.0));
+        }
+        if let Some(denials) = &self.denials
+            && let Ok(edge) = ne_shared::edge::derive_denial(flow)
+            && denials.record(&edge, flow.time.unwrap_or_default(), flow.connections)
+                == RecordOutcome::Dropped
+        {
+            self.metrics.dropped(DropReason::denials_full);
         }
         match self.table.record_flow(flow, self.provider) {
             Ok(RecordOutcome::Dropped) => self.metrics.dropped(DropReason::table_full),

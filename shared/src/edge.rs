@@ -150,7 +150,30 @@ impl Learnable {
 
 /// Derives the edge a flow teaches under `provider`'s rules.
 pub fn derive(flow: &FlowRecord, provider: Provider) -> Result<Edge, EdgeSkip> {
+    let direction = learnable(flow).direction(provider)?;
+    Ok(edge_of(flow, direction))
+}
+
+/// Derives the edge a policy denial concerns: the same subject, peer and server port a
+/// forwarded flow would teach, kept apart from learning as a protect-mode observation
+/// (Hubble `POLICY_DENIED`, Goldmane `Deny`, ztunnel policy rejections). Flows that are
+/// not policy denials return [`EdgeSkip::NotForwarded`]. Provider direction and identity
+/// rules do not apply: a denial is recorded wherever the data plane saw it.
+pub fn derive_denial(flow: &FlowRecord) -> Result<Edge, EdgeSkip> {
+    if flow.verdict != Verdict::PolicyDenied {
+        return Err(EdgeSkip::NotForwarded);
+    }
     let direction = Learnable {
+        verdict: Verdict::Forwarded,
+        source_identity: true,
+        ..learnable(flow)
+    }
+    .direction(Provider::Cilium)?;
+    Ok(edge_of(flow, direction))
+}
+
+fn learnable(flow: &FlowRecord) -> Learnable {
+    Learnable {
         reply: flow.reply,
         verdict: flow.verdict,
         protocol: flow.protocol,
@@ -158,7 +181,9 @@ pub fn derive(flow: &FlowRecord, provider: Provider) -> Result<Edge, EdgeSkip> {
         observation: flow.observation,
         source_identity: flow.source.identity.is_some(),
     }
-    .direction(provider)?;
+}
+
+fn edge_of(flow: &FlowRecord, direction: Direction) -> Edge {
     let (subject, peer, peer_dns) = match direction {
         Direction::Egress => (
             &flow.source,
@@ -167,12 +192,78 @@ pub fn derive(flow: &FlowRecord, provider: Provider) -> Result<Edge, EdgeSkip> {
         ),
         Direction::Ingress => (&flow.destination, &flow.source, None),
     };
-    Ok(Edge {
+    Edge {
         subject: subject.clone(),
         direction,
         peer: peer.clone(),
         protocol: flow.protocol,
         port: flow.destination_port,
         peer_dns,
-    })
+    }
+}
+
+#[cfg(test)]
+mod denial_tests {
+    use super::*;
+    use crate::flow::{EndpointId, Reserved};
+
+    fn flow(verdict: Verdict, observation: ObservationPoint) -> FlowRecord {
+        FlowRecord {
+            time: None,
+            node: None,
+            source: Endpoint::new(EndpointId::Pod {
+                namespace: "a".into(),
+                name: "client".into(),
+            }),
+            destination: Endpoint::new(EndpointId::Pod {
+                namespace: "b".into(),
+                name: "server".into(),
+            }),
+            protocol: Protocol::Tcp,
+            source_port: 40000,
+            destination_port: 5432,
+            observation,
+            verdict,
+            reply: None,
+            destination_dns: None,
+            policy: Some("b/deny".into()),
+            connections: 1,
+        }
+    }
+
+    #[test]
+    fn denials_make_observation_edges_and_nothing_else_does() {
+        let denied = flow(Verdict::PolicyDenied, ObservationPoint::Ingress);
+        let e = derive_denial(&denied).unwrap();
+        assert_eq!((e.direction, e.port), (Direction::Ingress, 5432));
+        assert_eq!(e.subject.id, denied.destination.id);
+        assert_eq!(
+            derive(&denied, Provider::Cilium),
+            Err(EdgeSkip::NotForwarded),
+            "never learned"
+        );
+        // Istio: no identity needed, and the rules for forwarded flows are unchanged.
+        assert!(derive_denial(&denied).is_ok());
+        for verdict in [
+            Verdict::Forwarded,
+            Verdict::Dropped,
+            Verdict::Error,
+            Verdict::AuditDenied,
+        ] {
+            assert_eq!(
+                derive_denial(&flow(verdict, ObservationPoint::Ingress)),
+                Err(EdgeSkip::NotForwarded)
+            );
+        }
+        assert_eq!(
+            derive_denial(&flow(Verdict::PolicyDenied, ObservationPoint::Unknown)),
+            Err(EdgeSkip::UnknownDirection)
+        );
+        let mut icmp = denied.clone();
+        icmp.protocol = Protocol::Icmp;
+        assert_eq!(derive_denial(&icmp), Err(EdgeSkip::Protocol));
+        let mut egress = flow(Verdict::PolicyDenied, ObservationPoint::Egress);
+        egress.destination = Endpoint::new(EndpointId::Reserved(Reserved::World));
+        assert_eq!(derive_denial(&egress).unwrap().subject.id, egress.source.id);
+    }
 }

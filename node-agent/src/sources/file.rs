@@ -132,6 +132,7 @@ mod tests {
     #[test]
     fn replays_a_capture_into_the_table() {
         let (sink, metrics) = sink();
+        let sink = sink.with_denials(Arc::new(FlowTable::new(10)));
         let path = example();
         let format = format_of(&path, "auto").unwrap();
         let source = FileSource {
@@ -147,6 +148,12 @@ mod tests {
         assert_eq!(dropped(&metrics, DropReason::reply), 53);
         assert_eq!(dropped(&metrics, DropReason::not_forwarded), 1);
         assert_eq!(sink.table().len(), 24);
+        // The one policy drop (report → postgres:5432) is kept as an observation.
+        let denials = sink.denials().unwrap().snapshot();
+        assert_eq!(denials.len(), 1);
+        let d = &denials[0].edge;
+        assert_eq!((d.direction, d.port), (ne_shared::flow::Direction::Ingress, 5432));
+        assert_eq!(d.subject.id.to_string(), "data/StatefulSet/postgres");
     }
 
     /// Waits for a condition without sleeping: yields until it holds or 10 s pass.
