@@ -152,7 +152,10 @@ mod tests {
         let denials = sink.denials().unwrap().snapshot();
         assert_eq!(denials.len(), 1);
         let d = &denials[0].edge;
-        assert_eq!((d.direction, d.port), (ne_shared::flow::Direction::Ingress, 5432));
+        assert_eq!(
+            (d.direction, d.port),
+            (ne_shared::flow::Direction::Ingress, 5432)
+        );
         assert_eq!(d.subject.id.to_string(), "data/StatefulSet/postgres");
     }
 
