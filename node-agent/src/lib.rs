@@ -51,7 +51,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             args.metrics_address
         )
     })?;
-    tracing::info!(address = %args.metrics_address, source = args.source.as_str(), "ne-agent started");
+    let address = listener.local_addr().unwrap_or(args.metrics_address);
+    tracing::info!(%address, source = args.source.as_str(), "ne-agent started");
     let endpoints = http::Endpoints {
         metrics: metrics.clone(),
         ready: state.ready_flag(),
