@@ -94,12 +94,12 @@ pub fn run(source: &FileSource<'_>, sink: &FlowSink, state: &SourceState) -> any
 mod tests {
     use std::io::Write;
     use std::sync::Arc;
-    use std::time::Instant;
 
     use ne_shared::table::FlowTable;
 
     use super::*;
     use crate::metrics::{AgentMetrics, DropReason, ReasonLabel, SourceLabel};
+    use crate::sources::wait_until;
 
     fn example() -> std::path::PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/flows/hubble.jsonl")
@@ -157,15 +157,6 @@ mod tests {
             (ne_shared::flow::Direction::Ingress, 5432)
         );
         assert_eq!(d.subject.id.to_string(), "data/StatefulSet/postgres");
-    }
-
-    /// Waits for a condition without sleeping: yields until it holds or 10 s pass.
-    fn wait_until(what: &str, cond: impl Fn() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !cond() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            std::thread::yield_now();
-        }
     }
 
     #[test]

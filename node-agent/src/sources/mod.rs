@@ -69,6 +69,20 @@ impl SourceState {
     }
 }
 
+/// Waits for a condition in a test without sleeping: yields until it holds, or fails
+/// after 10 s.
+#[cfg(test)]
+pub(crate) fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::yield_now();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,21 +71,13 @@ fn account(metrics: &AgentMetrics, stats: &PollStats) {
 mod tests {
     use std::io::Write;
     use std::sync::Arc;
-    use std::time::Instant;
 
     use ne_shared::edge::Provider;
     use ne_shared::table::FlowTable;
 
     use super::*;
     use crate::metrics::SourceLabel;
-
-    fn wait_until(what: &str, cond: impl Fn() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !cond() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            std::thread::yield_now();
-        }
-    }
+    use crate::sources::wait_until;
 
     #[test]
     fn learns_what_is_written_after_the_start_across_a_rotation() {
