@@ -3,8 +3,9 @@
 //! Side by side in one run, on the same bytes:
 //! - `walker`: our borrowed protobuf walk (`hubble_pb::decode_response`), alone and with
 //!   edge derivation + `FlowTable::record_flow` ("pipeline");
-//! - `walker/fast`: the same walk straight into the table (`FlowTable::record_hubble`): the
-//!   key is borrowed from the bytes, and only an edge the table lacks is built owned;
+//! - `walker/fast`: the agent's path, `HubbleDecoder::record`: a lean walk straight into the
+//!   table, endpoints found again by their bytes, the key borrowed from the bytes; only an
+//!   edge the table lacks is built owned;
 //! - `prost`: a plain prost decode into owned structs, alone and mapped to the same
 //!   `FlowRecord` and recorded the same way — what a straightforward agent would do.
 //!
@@ -19,7 +20,7 @@ use ne_proto::flow::{self as pb, layer4};
 use ne_proto::observer::{GetFlowsResponse, get_flows_response};
 use ne_proto::prost::Message;
 use ne_proto::prost_types::Timestamp as PbTimestamp;
-use ne_shared::decode::hubble_pb::{HubbleMessage, decode_response};
+use ne_shared::decode::hubble_pb::{HubbleDecoder, HubbleMessage, decode_response};
 use ne_shared::edge::Provider;
 use ne_shared::flow::{
     Endpoint, EndpointId, FlowRecord, ObservationPoint, Protocol, Timestamp, Verdict, WorkloadKind,
@@ -202,8 +203,9 @@ fn same_edges(messages: &[Vec<u8>]) {
         FlowTable::new(1 << 20),
         FlowTable::new(1 << 20),
     );
+    let mut decoder = HubbleDecoder::new();
     for m in messages {
-        let _ = fast.record_hubble(m, Provider::Cilium);
+        let _ = decoder.record(&fast, m, Provider::Cilium);
         if let Ok(HubbleMessage::Flow(f)) = decode_response(m) {
             let _ = walker.record_flow(&f, Provider::Cilium);
         }
@@ -254,9 +256,10 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function(BenchmarkId::new("walker", "fast"), |b| {
         let table = FlowTable::new(1 << 20);
+        let mut decoder = HubbleDecoder::new();
         b.iter(|| {
             for m in &messages {
-                let _ = black_box(table.record_hubble(m, Provider::Cilium));
+                let _ = black_box(decoder.record(&table, m, Provider::Cilium));
             }
         });
     });

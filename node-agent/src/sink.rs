@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ne_shared::decode::{DecodeError, Decoded, SkipReason};
-use ne_shared::edge::Provider;
-use ne_shared::flow::FlowRecord;
+use ne_shared::edge::{EdgeSkip, Provider};
+use ne_shared::flow::{FlowRecord, Timestamp};
 use ne_shared::table::{FlowTable, RecordOutcome};
 use prometheus_client::metrics::counter::Counter;
 
@@ -69,14 +69,13 @@ impl FlowSink {
         &self.table
     }
 
+    /// The provider whose rules flows are learned by.
+    pub fn provider(&self) -> Provider {
+        self.provider
+    }
+
     /// Records one flow.
     pub fn record(&self, flow: &FlowRecord) {
-        self.received.inc();
-        if let Some(t) = flow.time {
-            self.metrics
-                .scraper_lag
-                .record_nanos(now_nanos().saturating_sub(t.0));
-        }
         if let Some(denials) = &self.denials
             && let Ok(edge) = ne_shared::edge::derive_denial(flow)
             && denials.record(&edge, flow.time.unwrap_or_default(), flow.connections)
@@ -84,7 +83,19 @@ impl FlowSink {
         {
             self.metrics.dropped(DropReason::denials_full);
         }
-        match self.table.record_flow(flow, self.provider) {
+        self.recorded(flow.time, self.table.record_flow(flow, self.provider));
+    }
+
+    /// Accounts for one flow a fast path has already recorded in [`FlowSink::table`]
+    /// (or skipped): the received count, the scraper lag, the drop reason.
+    pub fn recorded(&self, time: Option<Timestamp>, outcome: Result<RecordOutcome, EdgeSkip>) {
+        self.received.inc();
+        if let Some(t) = time {
+            self.metrics
+                .scraper_lag
+                .record_nanos(now_nanos().saturating_sub(t.0));
+        }
+        match outcome {
             Ok(RecordOutcome::Dropped) => self.metrics.dropped(DropReason::table_full),
             Ok(RecordOutcome::Inserted | RecordOutcome::Updated) => {}
             Err(skip) => self.metrics.dropped(skip.into()),

@@ -19,9 +19,10 @@
 //! the agent reads and, above all, what Hubble's ring buffer must hold for this client:
 //! a follow-mode reader that falls behind loses events (§7), it gets no error.
 //!
-//! The hot path takes each `GetFlowsResponse` undecoded ([`ne_proto::raw`]) and walks its
-//! bytes with [`hubble_pb::decode_response`]: no prost structs, no copy. Per message:
-//! a flow is recorded; a `LostEvents` is counted in `agent_source_lost_events_total{source=
+//! The hot path takes each `GetFlowsResponse` undecoded ([`ne_proto::raw`]) and records
+//! it with a [`HubbleDecoder`] (one per stream): no prost structs, no copy, no allocation
+//! for a flow over a known edge. Per message: a flow is recorded (a policy denial is also
+//! kept as a protect-mode observation); a `LostEvents` is counted in `agent_source_lost_events_total{source=
 //! "hubble",cause}` and logged at most once per [`LOST_LOG_INTERVAL`]; a Relay node status
 //! is logged at debug; undecodable bytes are counted as a `decode_error` drop and the stream
 //! goes on.
@@ -37,7 +38,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use ne_proto::flow::{EventTypeFilter, FlowFilter};
 use ne_proto::observer::GetFlowsRequest;
-use ne_shared::decode::hubble_pb::{self, HubbleMessage, LostEventSource};
+use ne_shared::decode::hubble_pb::{HubbleDecoder, HubbleRecorded, LostEventSource};
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -274,20 +275,22 @@ async fn stream(
     sink.metrics().source_connected.set(1);
     state.set_ready(true);
     tracing::info!(address = %config.target, "streaming flows from Hubble");
+    let mut decoder = HubbleDecoder::new();
     while let Some(bytes) = messages.message().await.context("the flow stream broke")? {
         *delivered += 1;
-        match hubble_pb::decode_response(&bytes) {
-            Ok(HubbleMessage::Flow(flow)) => sink.record(&flow),
-            Ok(HubbleMessage::LostEvents { source, count }) => {
+        match decoder.record(sink.table(), &bytes, sink.provider()) {
+            Ok(HubbleRecorded::Flow { time, outcome }) => sink.recorded(time, outcome),
+            Ok(HubbleRecorded::PolicyDenied(flow)) => sink.record(&flow),
+            Ok(HubbleRecorded::LostEvents { source, count }) => {
                 lost.record(sink.metrics(), source, count, Instant::now());
             }
-            Ok(HubbleMessage::NodeStatus(status)) => tracing::debug!(
+            Ok(HubbleRecorded::NodeStatus(status)) => tracing::debug!(
                 state = ?status.state,
                 nodes = ?status.node_names,
                 message = ?status.message,
                 "Hubble Relay node status"
             ),
-            Ok(HubbleMessage::Other) => {}
+            Ok(HubbleRecorded::Other) => {}
             Err(error) => sink.accept(Err(error)),
         }
     }

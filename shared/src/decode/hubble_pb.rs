@@ -19,7 +19,9 @@
 //! split over several occurrences is read from the last one (no encoder splits messages).
 
 mod endpoint;
+mod cache;
 mod fast;
+mod scan;
 mod wire;
 
 use super::DecodeError;
@@ -27,7 +29,7 @@ use super::common::EnumVal;
 use super::hubble::{FlowFields, L4Fields, PolicyFields, flow_record};
 use crate::flow::{FlowRecord, Str, Timestamp};
 use endpoint::{EndpointAcc, Labels};
-pub use fast::{HubbleRecorded, record_response};
+pub use fast::{HubbleDecoder, HubbleRecorded};
 use wire::{Field, Reader};
 
 /// What one `GetFlowsResponse` carries.

@@ -23,8 +23,6 @@ use dashmap::mapref::entry::Entry;
 use foldhash::fast::RandomState;
 use serde::{Deserialize, Serialize};
 
-use crate::decode::DecodeError;
-use crate::decode::hubble_pb::{self, HubbleRecorded};
 use crate::edge::{self, Edge, EdgeSkip, Provider};
 use crate::flow::{FlowRecord, Timestamp};
 
@@ -231,16 +229,6 @@ impl FlowTable {
     ) -> Result<RecordOutcome, EdgeSkip> {
         let edge = edge::derive(flow, provider)?;
         Ok(self.record(&edge, flow.time.unwrap_or_default(), flow.connections))
-    }
-
-    /// Decodes one Hubble `GetFlowsResponse` and records its edge without allocating when
-    /// the edge is known: [`crate::decode::hubble_pb::record_response`] on this table.
-    pub fn record_hubble(
-        &self,
-        bytes: &[u8],
-        provider: Provider,
-    ) -> Result<HubbleRecorded, DecodeError> {
-        hubble_pb::record_response(self, bytes, provider)
     }
 
     /// Number of distinct edges held.

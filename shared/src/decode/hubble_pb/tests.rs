@@ -936,7 +936,7 @@ fn reserved_identities_without_labels() {
 // The fast path (`record_response`) against `decode_response` + `record_flow`
 
 use crate::edge::Provider;
-use crate::table::{EdgeSnapshot, FlowTable};
+use crate::table::{EdgeSnapshot, FlowTable, RecordOutcome};
 
 /// The slow path, in the fast path's terms.
 fn record_slow(
@@ -945,7 +945,13 @@ fn record_slow(
     provider: Provider,
 ) -> Result<HubbleRecorded, DecodeError> {
     Ok(match decode_response(bytes)? {
-        HubbleMessage::Flow(f) => HubbleRecorded::Flow(table.record_flow(&f, provider)),
+        HubbleMessage::Flow(f) if f.verdict == Verdict::PolicyDenied => {
+            HubbleRecorded::PolicyDenied(Box::new(f))
+        }
+        HubbleMessage::Flow(f) => HubbleRecorded::Flow {
+            time: f.time,
+            outcome: table.record_flow(&f, provider),
+        },
         HubbleMessage::LostEvents { source, count } => HubbleRecorded::LostEvents { source, count },
         HubbleMessage::NodeStatus(s) => HubbleRecorded::NodeStatus(s),
         HubbleMessage::Other => HubbleRecorded::Other,
@@ -1059,9 +1065,10 @@ proptest! {
         capacity in prop_oneof![Just(1usize << 10), 0usize..4],
     ) {
         let (fast, slow) = (FlowTable::new(capacity), FlowTable::new(capacity));
+        let mut decoder = HubbleDecoder::new();
         for bytes in messages.iter().chain(&messages) {
             prop_assert_eq!(
-                fast.record_hubble(bytes, provider),
+                decoder.record(&fast, bytes, provider),
                 record_slow(&slow, bytes, provider)
             );
         }
@@ -1073,15 +1080,135 @@ proptest! {
 #[test]
 fn fast_path_learns_the_captures_like_the_slow_path() {
     let (fast, slow) = (FlowTable::new(1 << 10), FlowTable::new(1 << 10));
+    let mut decoder = HubbleDecoder::new();
     let mut recorded = 0;
     for (_, line) in capture_lines() {
         let bytes = response_from_json(&line).encode_to_vec();
         for _ in 0..2 {
-            let got = fast.record_hubble(&bytes, Provider::Cilium);
+            let got = decoder.record(&fast, &bytes, Provider::Cilium);
             assert_eq!(got, record_slow(&slow, &bytes, Provider::Cilium), "{line}");
-            recorded += usize::from(matches!(got, Ok(HubbleRecorded::Flow(Ok(_)))));
+            recorded += usize::from(matches!(
+                got,
+                Ok(HubbleRecorded::Flow { outcome: Ok(_), .. })
+            ));
         }
     }
     assert!(recorded > 0 && !fast.is_empty());
     assert_eq!(sorted(&fast), sorted(&slow));
+}
+
+/// Whether the fast path's walk takes a message (its endpoints included), rather than
+/// leaving it to the slow path.
+fn lean_walk_takes(bytes: &[u8]) -> bool {
+    scan::response(bytes, &mut scan::blank())
+        .and_then(|walk| {
+            walk.endpoints
+                .into_iter()
+                .flatten()
+                .try_for_each(|body| scan::endpoint(body, &mut scan::blank_endpoint()))
+        })
+        .is_ok()
+}
+
+/// Whether a flow's addresses are absent, empty or valid.
+fn addresses_parse(r: &GetFlowsResponse) -> bool {
+    let ok = |a: &str| a.is_empty() || a.parse::<std::net::IpAddr>().is_ok();
+    match &r.response_types {
+        Some(ResponseTypes::Flow(Flow { ip: Some(ip), .. })) => {
+            ok(&ip.source) && ok(&ip.destination)
+        }
+        _ => true,
+    }
+}
+
+/// Whether a flow names a denying policy (which the lean walk leaves to the slow path).
+fn names_a_policy(r: &GetFlowsResponse) -> bool {
+    matches!(&r.response_types, Some(ResponseTypes::Flow(f))
+        if !f.egress_denied_by.is_empty() || !f.ingress_denied_by.is_empty())
+}
+
+proptest! {
+    /// The lean walk takes every flow as an encoder writes it, unless it names a denying
+    /// policy, holds a negative number (a ten-byte varint) or an address that is not one
+    /// (an error the slow path reports): the fast path is the common path, not a rarely
+    /// taken branch.
+    #[test]
+    fn the_lean_walk_takes_encoded_flows(mut r in arb_response()) {
+        let non_negative = |t: &mut Option<prost_types::Timestamp>| {
+            if let Some(t) = t {
+                t.seconds = t.seconds.unsigned_abs() as i64 >> 1;
+                t.nanos = t.nanos.rem_euclid(1_000_000_000);
+            }
+        };
+        non_negative(&mut r.time);
+        if let Some(ResponseTypes::Flow(f)) = &mut r.response_types {
+            non_negative(&mut f.time);
+            f.verdict = f.verdict.rem_euclid(8);
+            f.traffic_direction = f.traffic_direction.rem_euclid(3);
+        }
+        let bytes = r.encode_to_vec();
+        prop_assert_eq!(lean_walk_takes(&bytes), !names_a_policy(&r) && addresses_parse(&r));
+    }
+}
+
+#[test]
+fn the_lean_walk_takes_the_captures() {
+    let mut taken = 0;
+    for (_, line) in capture_lines() {
+        let r = response_from_json(&line);
+        if !matches!(r.response_types, Some(ResponseTypes::Flow(_))) {
+            continue;
+        }
+        let bytes = r.encode_to_vec();
+        let fast = lean_walk_takes(&bytes);
+        assert_eq!(fast, !names_a_policy(&r), "{line}");
+        taken += usize::from(fast);
+    }
+    assert!(taken > 0);
+}
+
+/// A flow over a known edge is still rejected whole when any string the slow path reads
+/// is not UTF-8, a label or a name the edge key does not use included.
+#[test]
+fn the_fast_path_rejects_invalid_utf8_the_slow_path_rejects() {
+    let mut flow = sample_flow();
+    flow.verdict = pb::Verdict::Forwarded as i32;
+    flow.drop_reason_desc = 0;
+    flow.ingress_denied_by.clear();
+    flow.node_name = "node-A".into();
+    flow.destination_names = vec!["name-B.example".into()];
+    flow.destination.as_mut().unwrap().labels.push("k8s:tier=C".into());
+    let response = GetFlowsResponse {
+        response_types: Some(ResponseTypes::Flow(flow)),
+        node_name: "relay-D".into(),
+        time: None,
+    };
+    let good = response.encode_to_vec();
+    let table = FlowTable::new(16);
+    let mut decoder = HubbleDecoder::new();
+    assert!(matches!(
+        decoder.record(&table, &good, Provider::Cilium),
+        Ok(HubbleRecorded::Flow {
+            outcome: Ok(RecordOutcome::Inserted),
+            ..
+        })
+    ));
+    for marker in [b"=C", b"-A", b"-B", b"-D"] {
+        let at = good.windows(2).position(|w| w == marker).unwrap() + 1;
+        let mut bad = good.clone();
+        bad[at] = 0xff;
+        let fast = decoder.record(&table, &bad, Provider::Cilium);
+        assert!(
+            matches!(
+                fast,
+                Err(DecodeError::Protobuf {
+                    reason: "invalid utf-8 in a string",
+                    ..
+                })
+            ),
+            "{marker:?}: {fast:?}"
+        );
+        assert_eq!(fast, decode_response(&bad).map(|_| HubbleRecorded::Other));
+    }
+    assert_eq!(table.snapshot()[0].count, 1);
 }

@@ -111,7 +111,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads a field key: `(number, wire type)`.
-    #[inline]
+    #[inline(always)]
     fn key(&mut self) -> Result<(u32, u8), DecodeError> {
         let at = self.pos;
         let key = self.varint()?;
@@ -123,7 +123,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The value of a field whose key was just read.
-    #[inline]
+    #[inline(always)]
     fn value(
         &mut self,
         number: u32,
@@ -181,7 +181,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next field, or `None` at the end of the message.
-    #[inline]
+    #[inline(always)]
     pub(super) fn next_field(&mut self) -> Result<Option<Field<'a>>, DecodeError> {
         if self.pos >= self.buf.len() {
             return Ok(None);
