@@ -9,9 +9,11 @@
 //! - `prost`: a plain prost decode into owned structs, alone and mapped to the same
 //!   `FlowRecord` and recorded the same way — what a straightforward agent would do.
 //!
-//! Input: seeded, Zipf-like traffic between 200 workloads in 10 namespaces (a few hot
-//! pairs, a long tail), each flow as Cilium's node server writes it (workloads, labels,
-//! trace event, direction, reply flag).
+//! Input: 20 000 seeded flows between 200 workloads in 10 namespaces, each as Cilium's
+//! node server writes it (workloads, labels, trace event, direction, reply flag), in two
+//! traffic shapes: `node`, 800 conversations drawn with Zipf weights (a node's traffic: a
+//! few hot pairs, a long tail), and `scattered`, a new client, server and port for every
+//! flow (almost every flow a new edge: the worst case).
 
 use std::hint::black_box;
 
@@ -78,14 +80,56 @@ fn endpoint(w: u64, local: bool) -> pb::Endpoint {
     }
 }
 
-fn generate() -> Vec<Vec<u8>> {
+/// Who talks to whom.
+#[derive(Clone, Copy)]
+enum Traffic {
+    /// A node's traffic: this many conversations (client, server, port), each flow drawn
+    /// from them with Zipf weights 1/(rank + 1), as in `ne_benches::Config`.
+    Conversations(usize),
+    /// Every flow draws its own client, server and port: almost every flow is a new edge
+    /// (a worst case for the table and for the endpoint cache).
+    Scattered,
+}
+
+impl Traffic {
+    fn name(self) -> &'static str {
+        match self {
+            Traffic::Conversations(_) => "node",
+            Traffic::Scattered => "scattered",
+        }
+    }
+}
+
+fn generate(traffic: Traffic) -> Vec<Vec<u8>> {
     let mut rng = Rng(42);
+    const PORTS: [u32; 5] = [8080, 5432, 443, 53, 9090];
+    let conversations: Vec<(u64, u64, u32)> = match traffic {
+        Traffic::Conversations(n) => (0..n)
+            .map(|_| {
+                let (src, dst) = (rng.skewed(WORKLOADS), rng.skewed(WORKLOADS));
+                (src, dst, PORTS[(rng.next() % 5) as usize])
+            })
+            .collect(),
+        Traffic::Scattered => Vec::new(),
+    };
+    let mut cumulative = Vec::with_capacity(conversations.len());
+    let mut total = 0.0;
+    for rank in 0..conversations.len() {
+        total += 1.0 / (rank + 1) as f64;
+        cumulative.push(total);
+    }
     (0..FLOWS)
         .map(|i| {
-            let (src, dst) = (rng.skewed(WORKLOADS), rng.skewed(WORKLOADS));
+            let (src, dst, port) = if conversations.is_empty() {
+                let (src, dst) = (rng.skewed(WORKLOADS), rng.skewed(WORKLOADS));
+                (src, dst, PORTS[(rng.next() % 5) as usize])
+            } else {
+                let u = (rng.next() % 1_000_000) as f64 / 1_000_000.0 * total;
+                let rank = cumulative.partition_point(|&c| c < u);
+                conversations[rank.min(conversations.len() - 1)]
+            };
             let egress = rng.next().is_multiple_of(2);
             let reply = rng.next().is_multiple_of(4);
-            let port = [8080, 5432, 443, 53, 9090][(rng.next() % 5) as usize];
             let time = PbTimestamp {
                 seconds: 1_764_583_200 + i as i64,
                 nanos: (rng.next() % 1_000_000_000) as i32,
@@ -233,9 +277,15 @@ fn same_edges(messages: &[Vec<u8>]) {
 }
 
 fn bench(c: &mut Criterion) {
-    let messages = generate();
+    for traffic in [Traffic::Conversations(800), Traffic::Scattered] {
+        bench_traffic(c, traffic);
+    }
+}
+
+fn bench_traffic(c: &mut Criterion, traffic: Traffic) {
+    let messages = generate(traffic);
     same_edges(&messages);
-    let mut group = c.benchmark_group("hubble_pb");
+    let mut group = c.benchmark_group(format!("hubble_pb/{}", traffic.name()));
     group.throughput(Throughput::Elements(messages.len() as u64));
     group.bench_function(BenchmarkId::new("walker", "decode"), |b| {
         b.iter(|| {

@@ -18,8 +18,8 @@
 //! concatenated); of the `response_types` oneof the last member present wins, and a `flow`
 //! split over several occurrences is read from the last one (no encoder splits messages).
 
-mod endpoint;
 mod cache;
+mod endpoint;
 mod fast;
 mod scan;
 mod wire;

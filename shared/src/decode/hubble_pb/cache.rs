@@ -127,7 +127,10 @@ mod tests {
             cache.reserve(2);
             let (a, b) = (body(n), body(n + 1));
             let (ia, ib) = (cache.resolve(&a).unwrap(), cache.resolve(&b).unwrap());
-            assert_eq!(cache.get(ia).namespace.as_deref(), Some(&*format!("ns-{n}")));
+            assert_eq!(
+                cache.get(ia).namespace.as_deref(),
+                Some(&*format!("ns-{n}"))
+            );
             assert_eq!(
                 cache.get(ib).namespace.as_deref(),
                 Some(&*format!("ns-{}", n + 1))

@@ -102,8 +102,26 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// Up to nine bytes (63 bits); a tenth byte is left to the slow path.
+    /// Three to nine bytes (63 bits); a tenth byte is left to the slow path. With eight
+    /// bytes at hand, one load: the first byte without the continuation bit ends the
+    /// varint, and the 7-bit groups are gathered with shifts and masks.
     fn varint_long(&mut self) -> Scan<u64> {
+        if let Some(chunk) = self.buf.get(self.pos..self.pos + 8)
+            && let Ok(chunk) = <[u8; 8]>::try_from(chunk)
+        {
+            let x = u64::from_le_bytes(chunk);
+            let stops = !x & 0x8080_8080_8080_8080;
+            if stops != 0 {
+                let len = stops.trailing_zeros() / 8 + 1;
+                let x = x & (u64::MAX >> (64 - 8 * len));
+                let mut value = 0;
+                for i in 0..8 {
+                    value |= (x >> i) & (0x7f << (7 * i));
+                }
+                self.pos += len as usize;
+                return Ok(value);
+            }
+        }
         let mut value = 0u64;
         for i in 0..9 {
             let byte = *self.buf.get(self.pos + i).ok_or(Bail)?;
@@ -128,10 +146,16 @@ impl<'a> Cursor<'a> {
     /// The next field, `None` at the end.
     #[inline(always)]
     fn next(&mut self) -> Scan<Option<(u64, Value<'a>)>> {
-        if self.pos >= self.buf.len() {
+        let Some(&key) = self.buf.get(self.pos) else {
             return Ok(None);
-        }
-        let key = self.varint()?;
+        };
+        // Fields 1 to 15 have a one-byte key.
+        let key = if key < 0x80 {
+            self.pos += 1;
+            u64::from(key)
+        } else {
+            self.varint()?
+        };
         let number = key >> 3;
         if number == 0 || number >= 1 << 29 {
             return Err(Bail);
@@ -140,9 +164,10 @@ impl<'a> Cursor<'a> {
             0 => Value::Varint(self.varint()?),
             2 => {
                 let len = usize::try_from(self.varint()?).map_err(|_| Bail)?;
-                let start = self.pos;
-                self.skip(len)?;
-                Value::Bytes(&self.buf[start..start + len])
+                let body = self.buf.get(self.pos..).unwrap_or_default();
+                let body = body.get(..len).ok_or(Bail)?;
+                self.pos += len;
+                Value::Bytes(body)
             }
             1 => {
                 self.skip(8)?;
@@ -342,23 +367,36 @@ fn ip(b: &[u8]) -> Scan<Option<IpAddr>> {
 /// through `from_str` itself.
 #[inline(always)]
 fn ipv4(b: &[u8]) -> Option<Ipv4Addr> {
+    if !(7..=15).contains(&b.len()) {
+        return None;
+    }
     let mut octets = [0u8; 4];
-    let mut parts = b.split(|&c| c == b'.');
-    for octet in &mut octets {
-        let part = parts.next()?;
-        if part.is_empty() || part.len() > 3 || (part.len() > 1 && part[0] == b'0') {
-            return None;
-        }
-        let mut value = 0u16;
-        for &c in part {
-            if !c.is_ascii_digit() {
+    let (mut n, mut value, mut digits) = (0, 0u32, 0);
+    for &c in b {
+        if c == b'.' {
+            if digits == 0 || n == 3 {
                 return None;
             }
-            value = value * 10 + u16::from(c - b'0');
+            octets[n] = value as u8;
+            (n, value, digits) = (n + 1, 0, 0);
+            continue;
         }
-        *octet = u8::try_from(value).ok()?;
+        let digit = c.wrapping_sub(b'0');
+        // Not a digit, or a digit after a leading zero.
+        if digit > 9 || (digits == 1 && value == 0) {
+            return None;
+        }
+        value = value * 10 + u32::from(digit);
+        digits += 1;
+        if value > 255 {
+            return None;
+        }
     }
-    parts.next().is_none().then_some(Ipv4Addr::from(octets))
+    if n != 3 || digits == 0 {
+        return None;
+    }
+    octets[3] = value as u8;
+    Some(Ipv4Addr::from(octets))
 }
 
 #[inline(always)]
@@ -485,6 +523,26 @@ mod tests {
         #[test]
         fn ipv4_reads_what_from_str_reads(text in "[0-9.]{0,16}|[0-9]{1,3}(\\.[0-9]{1,3}){3}") {
             prop_assert_eq!(ipv4(text.as_bytes()), text.parse::<Ipv4Addr>().ok());
+        }
+
+        /// The cursor reads every varint of up to nine bytes as protobuf encodes it, at
+        /// any position and with any bytes after it.
+        #[test]
+        fn varints_read_like_prost(
+            value in prop_oneof![any::<u64>().prop_map(|v| v >> 1), 0u64..1 << 21],
+            before in 0usize..3,
+            after in prop::collection::vec(any::<u8>(), 0..9),
+        ) {
+            let mut buf = vec![0x08; before];
+            ne_proto::prost::encoding::encode_varint(value, &mut buf);
+            let end = buf.len();
+            buf.extend_from_slice(&after);
+            let mut c = Cursor { buf: &buf, pos: before };
+            prop_assert_eq!(c.varint().ok(), Some(value));
+            prop_assert_eq!(c.pos, end);
+            // Cut short, it is a bail.
+            let mut short = Cursor { buf: &buf[..end - 1], pos: before };
+            prop_assert!(short.varint().is_err());
         }
 
         #[test]

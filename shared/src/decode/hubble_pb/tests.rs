@@ -1177,7 +1177,11 @@ fn the_fast_path_rejects_invalid_utf8_the_slow_path_rejects() {
     flow.ingress_denied_by.clear();
     flow.node_name = "node-A".into();
     flow.destination_names = vec!["name-B.example".into()];
-    flow.destination.as_mut().unwrap().labels.push("k8s:tier=C".into());
+    flow.destination
+        .as_mut()
+        .unwrap()
+        .labels
+        .push("k8s:tier=C".into());
     let response = GetFlowsResponse {
         response_types: Some(ResponseTypes::Flow(flow)),
         node_name: "relay-D".into(),
