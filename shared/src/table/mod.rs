@@ -52,6 +52,10 @@ pub struct EdgeSnapshot {
     pub first_seen: Timestamp,
     /// Latest observation time recorded.
     pub last_seen: Timestamp,
+    /// The entry's incarnation: a table-wide number, increasing, given when the entry was
+    /// inserted. An entry expired and inserted again gets a new one, so a receiver can
+    /// tell a count that restarted from a count it has already seen.
+    pub serial: u64,
 }
 
 impl EdgeSnapshot {
@@ -64,6 +68,8 @@ impl EdgeSnapshot {
 /// The per-entry statistics, updated without the shard write lock.
 #[derive(Debug)]
 struct Stats {
+    /// The entry's incarnation ([`EdgeSnapshot::serial`]).
+    serial: u64,
     count: AtomicU64,
     first_seen: AtomicI64,
     last_seen: AtomicI64,
@@ -73,8 +79,9 @@ struct Stats {
 }
 
 impl Stats {
-    fn new(time: Timestamp, count: u64) -> Self {
+    fn new(serial: u64, time: Timestamp, count: u64) -> Self {
         Stats {
+            serial,
             count: AtomicU64::new(count),
             first_seen: AtomicI64::new(time.0),
             last_seen: AtomicI64::new(time.0),
@@ -115,6 +122,7 @@ impl Stats {
     /// times.
     fn read(&self, edge: &Edge) -> EdgeSnapshot {
         EdgeSnapshot {
+            serial: self.serial,
             edge: edge.clone(),
             count: self.count.load(Ordering::SeqCst),
             first_seen: Timestamp(self.first_seen.load(Ordering::Relaxed)),
@@ -144,6 +152,8 @@ pub struct FlowTable {
     /// lock, so the bound holds exactly under concurrency.
     len: AtomicUsize,
     dropped: AtomicU64,
+    /// The last serial given to an entry.
+    serials: AtomicU64,
 }
 
 /// Up to this many entries are allocated up front; the map grows beyond as needed.
@@ -160,6 +170,7 @@ impl FlowTable {
             capacity,
             len: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
+            serials: AtomicU64::new(0),
         }
     }
 
@@ -192,7 +203,11 @@ impl FlowTable {
                 }
                 vacant.insert(Slot {
                     edge: edge.clone(),
-                    stats: Stats::new(time, count),
+                    stats: Stats::new(
+                        self.serials.fetch_add(1, Ordering::Relaxed) + 1,
+                        time,
+                        count,
+                    ),
                 });
                 RecordOutcome::Inserted
             }
