@@ -2,14 +2,16 @@
 //!
 //! The hot path: one flow is one counter increment, one lag record, one edge derivation
 //! and one `FlowTable::record` — no allocation for a known edge, no lock held across
-//! anything but a map shard, no log line.
+//! anything but a map shard, no log line. ztunnel lines skip the decoded record
+//! altogether ([`FlowSink::record_ztunnel`]): the table reads the edge from the line.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use ne_shared::decode::ztunnel::ZtunnelRecorded;
 use ne_shared::decode::{DecodeError, Decoded, SkipReason};
-use ne_shared::edge::Provider;
-use ne_shared::flow::FlowRecord;
+use ne_shared::edge::{EdgeSkip, Provider};
+use ne_shared::flow::{FlowRecord, Timestamp};
 use ne_shared::table::{FlowTable, RecordOutcome};
 use prometheus_client::metrics::counter::Counter;
 
@@ -69,14 +71,28 @@ impl FlowSink {
         &self.table
     }
 
-    /// Records one flow.
-    pub fn record(&self, flow: &FlowRecord) {
+    /// Counts one flow received at `time` (and its scraper lag).
+    fn received(&self, time: Option<Timestamp>) {
         self.received.inc();
-        if let Some(t) = flow.time {
+        if let Some(t) = time {
             self.metrics
                 .scraper_lag
                 .record_nanos(now_nanos().saturating_sub(t.0));
         }
+    }
+
+    /// Counts what the table did with a flow, or why it taught no edge.
+    fn outcome(&self, outcome: Result<RecordOutcome, EdgeSkip>) {
+        match outcome {
+            Ok(RecordOutcome::Dropped) => self.metrics.dropped(DropReason::table_full),
+            Ok(RecordOutcome::Inserted | RecordOutcome::Updated) => {}
+            Err(skip) => self.metrics.dropped(skip.into()),
+        }
+    }
+
+    /// Records one flow.
+    pub fn record(&self, flow: &FlowRecord) {
+        self.received(flow.time);
         if let Some(denials) = &self.denials
             && let Ok(edge) = ne_shared::edge::derive_denial(flow)
             && denials.record(&edge, flow.time.unwrap_or_default(), flow.connections)
@@ -84,11 +100,7 @@ impl FlowSink {
         {
             self.metrics.dropped(DropReason::denials_full);
         }
-        match self.table.record_flow(flow, self.provider) {
-            Ok(RecordOutcome::Dropped) => self.metrics.dropped(DropReason::table_full),
-            Ok(RecordOutcome::Inserted | RecordOutcome::Updated) => {}
-            Err(skip) => self.metrics.dropped(skip.into()),
-        }
+        self.outcome(self.table.record_flow(flow, self.provider));
     }
 
     /// Accounts for one decode result: records a flow, counts a skip or an error.
@@ -97,6 +109,31 @@ impl FlowSink {
             Ok(Decoded::Record(flow)) => self.record(&flow),
             Ok(Decoded::Skip(reason)) => self.metrics.skip(reason, 1),
             Ok(Decoded::Partial) => {}
+            Err(error) => {
+                self.metrics.dropped(DropReason::decode_error);
+                tracing::debug!(%error, "undecodable flow");
+            }
+        }
+    }
+
+    /// Decodes and records one ztunnel payload (after CRI framing) through the fast path,
+    /// [`FlowTable::record_ztunnel`]: the same table entries and metrics as
+    /// [`FlowSink::accept`] on `decode_line`'s result.
+    pub fn record_ztunnel(&self, payload: &[u8]) {
+        self.accept_ztunnel(self.table.record_ztunnel(payload, self.provider));
+    }
+
+    /// Accounts for one fast-path result as [`FlowSink::accept`] does for a decode
+    /// result: a flow (already in the table) is received, its lag recorded and a skip or
+    /// a full table counted; a policy rejection is recorded here (with its denial).
+    pub fn accept_ztunnel(&self, result: Result<ZtunnelRecorded, DecodeError>) {
+        match result {
+            Ok(ZtunnelRecorded::Flow { time, outcome }) => {
+                self.received(time);
+                self.outcome(outcome);
+            }
+            Ok(ZtunnelRecorded::Denial(flow)) => self.record(&flow),
+            Ok(ZtunnelRecorded::Skip(reason)) => self.metrics.skip(reason, 1),
             Err(error) => {
                 self.metrics.dropped(DropReason::decode_error);
                 tracing::debug!(%error, "undecodable flow");

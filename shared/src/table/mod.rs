@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::decode::DecodeError;
 use crate::decode::hubble_pb::{self, HubbleRecorded};
+use crate::decode::ztunnel::{self, ZtunnelRecorded};
 use crate::edge::{self, Edge, EdgeSkip, Provider};
 use crate::flow::{FlowRecord, Timestamp};
 
@@ -241,6 +242,17 @@ impl FlowTable {
         provider: Provider,
     ) -> Result<HubbleRecorded, DecodeError> {
         hubble_pb::record_response(self, bytes, provider)
+    }
+
+    /// Decodes one ztunnel log payload (after CRI framing) and records its edge without
+    /// allocating when the edge is known: [`crate::decode::ztunnel::record_line`] on this
+    /// table.
+    pub fn record_ztunnel(
+        &self,
+        payload: &[u8],
+        provider: Provider,
+    ) -> Result<ZtunnelRecorded, DecodeError> {
+        ztunnel::record_line(self, payload, provider)
     }
 
     /// Number of distinct edges held.
