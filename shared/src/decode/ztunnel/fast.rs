@@ -18,7 +18,7 @@
 
 use memchr::memmem;
 
-use super::scan::{addr, find_eq_or_sep, find_quote_or_escape, find_sep, plain, skip_seps, time};
+use super::scan::{addr, find_eq_or_sep, find_quote, find_sep, plain, skip_seps, time};
 use super::{Line, parse};
 use crate::decode::{DecodeError, SkipReason};
 use crate::edge::{self, EdgeSkip, Learnable, Provider};
@@ -135,9 +135,18 @@ pub(super) fn fast(table: &FlowTable, line: &[u8], provider: Provider) -> Option
             });
         }
     };
-    let source =
-        pod(f.src_namespace, f.src_workload)?.unwrap_or(IdView::Reserved(Reserved::Unknown));
-    let destination = pod(f.dst_namespace, f.dst_workload)?.unwrap_or(IdView::External(dst.ip()));
+    // The key borrows its names from the line as `str`: one UTF-8 check of the whole
+    // (ASCII) line is cheaper than one per name.
+    let text = Text {
+        line,
+        text: std::str::from_utf8(line).ok()?,
+    };
+    let source = text
+        .pod(f.src_namespace, f.src_workload)?
+        .unwrap_or(IdView::Reserved(Reserved::Unknown));
+    let destination = text
+        .pod(f.dst_namespace, f.dst_workload)?
+        .unwrap_or(IdView::External(dst.ip()));
     let (subject, peer, peer_identity) = match direction {
         Direction::Ingress => (destination, source, src_identity),
         Direction::Egress => (source, destination, present(f.dst_identity)),
@@ -147,7 +156,7 @@ pub(super) fn fast(table: &FlowTable, line: &[u8], provider: Provider) -> Option
         direction,
         peer,
         peer_identity: match peer_identity {
-            Some(id) => Some(text(id.strip_prefix(b"spiffe://").unwrap_or(id))?),
+            Some(id) => Some(text.of(id.strip_prefix(b"spiffe://").unwrap_or(id))?),
             None => None,
         },
         protocol: Protocol::Tcp,
@@ -169,26 +178,35 @@ pub(super) fn fast(table: &FlowTable, line: &[u8], provider: Provider) -> Option
     Some(ZtunnelRecorded::Flow { time, outcome })
 }
 
-/// `&str` of a value in a [`plain`] (so ASCII) line; `None` cannot happen there.
-fn text(v: &[u8]) -> Option<&str> {
-    std::str::from_utf8(v).ok()
+/// A line and the same line as `str`.
+struct Text<'a> {
+    line: &'a [u8],
+    text: &'a str,
+}
+
+impl<'a> Text<'a> {
+    /// `v`, a part of the line, as `str`.
+    fn of(&self, v: &[u8]) -> Option<&'a str> {
+        let start = v.as_ptr().addr().checked_sub(self.line.as_ptr().addr())?;
+        self.text.get(start..start + v.len())
+    }
+
+    /// The pod a namespace and workload name, `Some(None)` when either is absent (the
+    /// slow path's `pod`).
+    fn pod(&self, namespace: Option<&[u8]>, name: Option<&[u8]>) -> Option<Option<IdView<'a>>> {
+        let (Some(namespace), Some(name)) = (present(namespace), present(name)) else {
+            return Some(None);
+        };
+        Some(Some(IdView::Pod {
+            namespace: self.of(namespace)?,
+            name: self.of(name)?,
+        }))
+    }
 }
 
 /// A value that is there, non-empty and not `-` (the slow path's `present`).
 fn present(v: Option<&[u8]>) -> Option<&[u8]> {
     v.filter(|v| !v.is_empty() && *v != b"-")
-}
-
-/// The pod a namespace and workload name, `Some(None)` when either is absent (the slow
-/// path's `pod`).
-fn pod<'a>(namespace: Option<&'a [u8]>, name: Option<&'a [u8]>) -> Option<Option<IdView<'a>>> {
-    let (Some(namespace), Some(name)) = (present(namespace), present(name)) else {
-        return Some(None);
-    };
-    Some(Some(IdView::Pod {
-        namespace: text(namespace)?,
-        name: text(name)?,
-    }))
 }
 
 fn is_level(s: &[u8]) -> bool {
@@ -197,14 +215,12 @@ fn is_level(s: &[u8]) -> bool {
         .any(|l| s.eq_ignore_ascii_case(l))
 }
 
-/// The next header token after `*at`, moving `*at` past it; `None` when it holds a brace
-/// (tracing span fields, which the slow path groups across spaces).
-fn token<'a>(line: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
+/// The next header token after `*at`, moving `*at` past it. (The slow path groups `{…}`
+/// span fields across spaces: tokens the fast path accepts hold no brace.)
+fn token<'a>(line: &'a [u8], at: &mut usize) -> &'a [u8] {
     let start = skip_seps(line, *at);
-    let end = find_sep(line, start);
-    *at = end;
-    let token = &line[start..end];
-    (!token.iter().any(|&b| b == b'{' || b == b'}')).then_some(token)
+    *at = find_sep(line, start);
+    &line[start..*at]
 }
 
 /// The header of an `access` line: its time and where its fields start, or the skip of a
@@ -213,24 +229,24 @@ fn token<'a>(line: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
 #[allow(clippy::type_complexity)]
 fn header(line: &[u8]) -> Option<Result<(Option<Timestamp>, usize), SkipReason>> {
     let mut at = 0;
-    let first = token(line, &mut at)?;
+    // No brace in these: a level is a level, and `time` reads digits and `-T:.Z` only.
+    let first = token(line, &mut at);
     let (time, level) = if is_level(first) {
         (None, first)
     } else if first.first()?.is_ascii_digit() {
-        (Some(time(first)?), token(line, &mut at)?)
+        (Some(time(first)?), token(line, &mut at))
     } else {
         return None;
     };
     if !is_level(level) {
         return None;
     }
-    let target = token(line, &mut at)?;
-    let target = target.strip_suffix(b":").unwrap_or(target);
-    if target.is_empty() {
-        return None;
-    }
-    if target != b"access" {
-        return Some(Err(SkipReason::ZtunnelNonAccess));
+    let target = token(line, &mut at);
+    if target != b"access" && target != b"access:" {
+        // Another target, unless it is empty or has span fields (the slow path decides).
+        let named = target.strip_suffix(b":").unwrap_or(target);
+        let plain_target = !named.is_empty() && !target.iter().any(|&b| b == b'{' || b == b'}');
+        return plain_target.then_some(Err(SkipReason::ZtunnelNonAccess));
     }
     // The message runs up to the first word with a `=`; it must be `connection complete`
     // (anything else is a rare skip the slow path reports).
@@ -244,6 +260,92 @@ fn header(line: &[u8]) -> Option<Result<(Option<Timestamp>, usize), SkipReason>>
     let fields_at = skip_seps(line, at);
     let key_end = find_eq_or_sep(line, fields_at);
     (line.get(key_end) == Some(&b'=')).then_some(Ok((time, fields_at)))
+}
+
+/// The keys the record uses (and `Other`).
+#[derive(Clone, Copy)]
+enum Key {
+    SrcAddr,
+    SrcWorkload,
+    SrcNamespace,
+    SrcIdentity,
+    DstAddr,
+    DstHboneAddr,
+    DstWorkload,
+    DstNamespace,
+    DstIdentity,
+    Direction,
+    Error,
+    Other,
+}
+
+impl Key {
+    fn of(key: &[u8]) -> Key {
+        match key {
+            b"src.addr" => Key::SrcAddr,
+            b"src.workload" => Key::SrcWorkload,
+            b"src.namespace" => Key::SrcNamespace,
+            b"src.identity" => Key::SrcIdentity,
+            b"dst.addr" => Key::DstAddr,
+            b"dst.hbone_addr" => Key::DstHboneAddr,
+            b"dst.workload" => Key::DstWorkload,
+            b"dst.namespace" => Key::DstNamespace,
+            b"dst.identity" => Key::DstIdentity,
+            b"direction" => Key::Direction,
+            b"error" => Key::Error,
+            _ => Key::Other, // bytes_*, duration, dst.service, src.protocol, ...
+        }
+    }
+}
+
+/// The first eight bytes of a key, as a little-endian word.
+const fn head(key: &[u8; 8]) -> u64 {
+    u64::from_le_bytes(*key)
+}
+
+const SRC_ADDR: u64 = head(b"src.addr");
+const SRC_WORK: u64 = head(b"src.work");
+const SRC_NAME: u64 = head(b"src.name");
+const SRC_IDEN: u64 = head(b"src.iden");
+const DST_ADDR: u64 = head(b"dst.addr");
+const DST_HBON: u64 = head(b"dst.hbon");
+const DST_WORK: u64 = head(b"dst.work");
+const DST_NAME: u64 = head(b"dst.name");
+const DST_IDEN: u64 = head(b"dst.iden");
+const DST_SERV: u64 = head(b"dst.serv");
+const DIRECTIO: u64 = head(b"directio");
+const BYTES_SE: u64 = head(b"bytes_se");
+const BYTES_RE: u64 = head(b"bytes_re");
+const DURATION: u64 = head(b"duration");
+
+/// `key` and the index after `tail` when `line` continues with `tail` at `at`.
+fn tail<const N: usize>(line: &[u8], at: usize, tail: &[u8; N], key: Key) -> Option<(Key, usize)> {
+    (line.get(at..).and_then(<[u8]>::first_chunk::<N>) == Some(tail)).then_some((key, at + N))
+}
+
+/// The key at `at` and the index of its value, when it is one of the keys ztunnel
+/// writes (except the short `error`): told apart by its first eight bytes, without
+/// searching for the `=`. `None`: search.
+fn common_key(line: &[u8], at: usize) -> Option<(Key, usize)> {
+    let first = u64::from_le_bytes(*line.get(at..)?.first_chunk::<8>()?);
+    let rest = at + 8;
+    match first {
+        SRC_ADDR => tail(line, rest, b"=", Key::SrcAddr),
+        SRC_WORK => tail(line, rest, b"load=", Key::SrcWorkload),
+        SRC_NAME => tail(line, rest, b"space=", Key::SrcNamespace),
+        SRC_IDEN => tail(line, rest, b"tity=", Key::SrcIdentity),
+        DST_ADDR => tail(line, rest, b"=", Key::DstAddr),
+        DST_HBON => tail(line, rest, b"e_addr=", Key::DstHboneAddr),
+        DST_WORK => tail(line, rest, b"load=", Key::DstWorkload),
+        DST_NAME => tail(line, rest, b"space=", Key::DstNamespace),
+        DST_IDEN => tail(line, rest, b"tity=", Key::DstIdentity),
+        DST_SERV => tail(line, rest, b"ice=", Key::Other),
+        DIRECTIO => tail(line, rest, b"n=", Key::Direction),
+        BYTES_SE => tail(line, rest, b"nt=", Key::Other),
+        BYTES_RE => tail(line, rest, b"cv=", Key::Other),
+        DURATION => tail(line, rest, b"=", Key::Other),
+        _ => None,
+    }
 }
 
 /// The values of the keys the record uses, as byte ranges of the line.
@@ -263,34 +365,28 @@ struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
-    fn set(&mut self, key: &[u8], value: &'a [u8]) {
+    fn set(&mut self, key: Key, value: &'a [u8]) {
         let slot = match key {
-            [b's', b'r', b'c', b'.', name @ ..] => match name {
-                b"addr" => &mut self.src_addr,
-                b"workload" => &mut self.src_workload,
-                b"namespace" => &mut self.src_namespace,
-                b"identity" => &mut self.src_identity,
-                _ => return,
-            },
-            [b'd', b's', b't', b'.', name @ ..] => match name {
-                b"addr" => &mut self.dst_addr,
-                b"hbone_addr" => &mut self.dst_hbone_addr,
-                b"workload" => &mut self.dst_workload,
-                b"namespace" => &mut self.dst_namespace,
-                b"identity" => &mut self.dst_identity,
-                _ => return,
-            },
-            b"direction" => &mut self.direction,
-            b"error" => &mut self.error,
-            _ => return, // bytes_*, duration, dst.service, src.protocol, ...
+            Key::SrcAddr => &mut self.src_addr,
+            Key::SrcWorkload => &mut self.src_workload,
+            Key::SrcNamespace => &mut self.src_namespace,
+            Key::SrcIdentity => &mut self.src_identity,
+            Key::DstAddr => &mut self.dst_addr,
+            Key::DstHboneAddr => &mut self.dst_hbone_addr,
+            Key::DstWorkload => &mut self.dst_workload,
+            Key::DstNamespace => &mut self.dst_namespace,
+            Key::DstIdentity => &mut self.dst_identity,
+            Key::Direction => &mut self.direction,
+            Key::Error => &mut self.error,
+            Key::Other => return,
         };
         *slot = Some(value);
     }
 }
 
 /// Reads the `k=v` fields from `at` as the slow path's `fields` does (words without `=`
-/// ignored, the last value of a key wins); `None` for a quoted value with an escape or
-/// without its closing quote.
+/// ignored, the last value of a key wins); `None` for a quoted value without its closing
+/// quote.
 fn fields(line: &[u8], mut at: usize) -> Option<Fields<'_>> {
     let mut f = Fields::default();
     loop {
@@ -298,17 +394,22 @@ fn fields(line: &[u8], mut at: usize) -> Option<Fields<'_>> {
         if at == line.len() {
             return Some(f);
         }
-        let eq = find_eq_or_sep(line, at);
-        if line.get(eq) != Some(&b'=') {
-            at = find_sep(line, eq);
-            continue;
-        }
-        let key = &line[at..eq];
-        let start = eq + 1;
+        let (key, start) = match common_key(line, at) {
+            Some(known) => known,
+            None => {
+                let eq = find_eq_or_sep(line, at);
+                if line.get(eq) != Some(&b'=') {
+                    at = find_sep(line, eq); // a word without `=`
+                    continue;
+                }
+                (Key::of(&line[at..eq]), eq + 1)
+            }
+        };
         let (value, next) = if line.get(start) == Some(&b'"') {
             let body = start + 1;
-            let close = find_quote_or_escape(line, body);
-            if line.get(close) != Some(&b'"') {
+            // No escape in a plain line: the next quote closes the value.
+            let close = find_quote(line, body);
+            if close == line.len() {
                 return None;
             }
             (&line[body..close], close + 1)

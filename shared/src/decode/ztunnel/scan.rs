@@ -12,24 +12,27 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use crate::flow::Timestamp;
 use crate::time::{days_from_civil, days_in_month};
 
-/// `true` when every byte of `line` is ASCII and none is `\n`, `\x0B`, `\x0C` or `\r`:
-/// then the only white space in the line is `' '` and `'\t'`, on which the slow path's
-/// Unicode (`char::is_whitespace`) and ASCII (`u8::is_ascii_whitespace`) splits agree,
-/// and the line is valid UTF-8.
+/// `true` when every byte of `line` is printable ASCII (`' '..='~'`) or `'\t'`, and none
+/// is `\\`. Then the line is valid UTF-8; its only white space is `' '` and `'\t'`, on
+/// which the slow path's Unicode (`char::is_whitespace`) and ASCII
+/// (`u8::is_ascii_whitespace`) splits agree; a separator is simply a byte `<= b' '`
+/// ([`is_sep`]); and a quoted value ends at the next `"` (no escapes).
 pub(super) fn plain(line: &[u8]) -> bool {
     // One fold without early exit over the whole line: it vectorises (about 35 ns for a
     // 500-byte line here, six times faster than the same test on 16-byte chunks).
-    line.iter().fold(0u8, |bad, &b| {
-        bad | (b & 0x80) | u8::from(b.wrapping_sub(b'\n') < 4)
-    }) == 0
+    !line.iter().fold(false, |bad, &b| {
+        bad | ((b.wrapping_sub(b' ') > b'~' - b' ') & (b != b'\t')) | (b == b'\\')
+    })
 }
 
-/// `' '` or `'\t'`: white space in a [`plain`] line.
+/// `' '` or `'\t'`, in a [`plain`] line.
+#[inline]
 pub(super) fn is_sep(b: u8) -> bool {
-    b == b' ' || b == b'\t'
+    b <= b' '
 }
 
 /// The index of the first byte at or after `at` that is not a separator.
+#[inline]
 pub(super) fn skip_seps(line: &[u8], mut at: usize) -> usize {
     while line.get(at).is_some_and(|&b| is_sep(b)) {
         at += 1;
@@ -40,17 +43,24 @@ pub(super) fn skip_seps(line: &[u8], mut at: usize) -> usize {
 const LO: u64 = 0x0101_0101_0101_0101;
 const HI: u64 = 0x8080_8080_8080_8080;
 
-/// The high bit of each byte of `x` (little-endian) that equals `n`. Only the lowest set
-/// bit is sure to be a match: a borrow may flag a `n + 1` byte above a match.
-fn eq_mask(x: u64, n: u8) -> u64 {
-    let y = x ^ (LO * u64::from(n));
-    y.wrapping_sub(LO) & !y & HI
+/// The high bit of each byte of `x` (eight ASCII bytes, little-endian) that is below
+/// `n`. Only the lowest set bit is sure to be a hit: a borrow may flag a byte above it.
+#[inline]
+fn below(x: u64, n: u8) -> u64 {
+    x.wrapping_sub(LO * u64::from(n)) & !x & HI
+}
+
+/// As [`below`], for the bytes that equal `n`.
+#[inline]
+fn equal(x: u64, n: u8) -> u64 {
+    below(x ^ (LO * u64::from(n)), 1)
 }
 
 /// The index of the first byte at or after `at` for which `hits` (on eight bytes at a
 /// time) and `is` (on one) say yes, or the line's length: a word-at-a-time search for
 /// the short distances between separators, where a byte loop spends most of the line's
 /// time and `memchr` does not pay its set-up.
+#[inline]
 fn find(line: &[u8], at: usize, hits: impl Fn(u64) -> u64, is: impl Fn(u8) -> bool) -> usize {
     let mut i = at;
     while let Some(word) = line.get(i..).and_then(<[u8]>::first_chunk::<8>) {
@@ -66,29 +76,28 @@ fn find(line: &[u8], at: usize, hits: impl Fn(u64) -> u64, is: impl Fn(u8) -> bo
     i.min(line.len())
 }
 
-/// The index of the first separator at or after `at`, or the line's length.
+/// The index of the first separator at or after `at` in a [`plain`] line, or its length.
+#[inline]
 pub(super) fn find_sep(line: &[u8], at: usize) -> usize {
-    find(line, at, |x| eq_mask(x, b' ') | eq_mask(x, b'\t'), is_sep)
+    find(line, at, |x| below(x, b' ' + 1), is_sep)
 }
 
-/// The index of the first `=` or separator at or after `at`, or the line's length.
+/// The index of the first `=` or separator at or after `at` in a [`plain`] line, or its
+/// length.
+#[inline]
 pub(super) fn find_eq_or_sep(line: &[u8], at: usize) -> usize {
     find(
         line,
         at,
-        |x| eq_mask(x, b'=') | eq_mask(x, b' ') | eq_mask(x, b'\t'),
+        |x| equal(x, b'=') | below(x, b' ' + 1),
         |b| b == b'=' || is_sep(b),
     )
 }
 
-/// The index of the first `"` or `\\` at or after `at`, or the line's length.
-pub(super) fn find_quote_or_escape(line: &[u8], at: usize) -> usize {
-    find(
-        line,
-        at,
-        |x| eq_mask(x, b'"') | eq_mask(x, b'\\'),
-        |b| b == b'"' || b == b'\\',
-    )
+/// The index of the first `"` at or after `at` in a [`plain`] line, or its length.
+#[inline]
+pub(super) fn find_quote(line: &[u8], at: usize) -> usize {
+    find(line, at, |x| equal(x, b'"'), |b| b == b'"')
 }
 
 /// Two ASCII digits as a number.
@@ -153,19 +162,29 @@ pub(super) fn time(t: &[u8]) -> Option<Timestamp> {
     Some(Timestamp(secs * 1_000_000_000 + i64::from(nanos)))
 }
 
-/// A decimal number of 1 to `max_digits` digits without a leading zero (`0` itself is
-/// fine), and the index after it.
+/// The decimal digit at `i`.
+#[inline]
+fn digit(b: &[u8], i: usize) -> Option<u32> {
+    let d = b.get(i)?.wrapping_sub(b'0');
+    (d < 10).then_some(u32::from(d))
+}
+
+/// A decimal number of 1 to `max_digits` digits from `at`, and the index after it; `0`
+/// only as a single digit (no leading zero: `SocketAddr::from_str` rejects those in
+/// addresses).
+#[inline]
 fn number(b: &[u8], at: usize, max_digits: usize) -> Option<(u32, usize)> {
-    let mut v = 0u32;
-    let mut i = at;
-    while let Some(d) = b.get(i).map(|c| c.wrapping_sub(b'0')).filter(|d| *d < 10) {
-        if i - at == max_digits || (i > at && v == 0) {
-            return None; // too long, or a leading zero
-        }
-        v = v * 10 + u32::from(d);
+    let mut v = digit(b, at)?;
+    let mut i = at + 1;
+    if v == 0 {
+        return Some((0, i)); // a digit after it fails the caller's separator check
+    }
+    while i - at < max_digits {
+        let Some(d) = digit(b, i) else { break };
+        v = v * 10 + d;
         i += 1;
     }
-    (i > at).then_some((v, i))
+    Some((v, i))
 }
 
 /// `a.b.c.d:port` in canonical decimal; `None` for anything else (IPv6, leading zeros,
@@ -173,11 +192,10 @@ fn number(b: &[u8], at: usize, max_digits: usize) -> Option<(u32, usize)> {
 pub(super) fn ipv4_port(v: &[u8]) -> Option<SocketAddr> {
     let mut octets = [0u8; 4];
     let mut at = 0;
-    for (n, octet) in octets.iter_mut().enumerate() {
+    for (octet, sep) in octets.iter_mut().zip(*b"...:") {
         let (value, end) = number(v, at, 3)?;
         *octet = u8::try_from(value).ok()?;
-        let want = if n == 3 { b':' } else { b'.' };
-        if v.get(end) != Some(&want) {
+        if v.get(end) != Some(&sep) {
             return None;
         }
         at = end + 1;
