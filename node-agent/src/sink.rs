@@ -154,3 +154,88 @@ pub fn now_nanos() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
+
+#[cfg(test)]
+mod tests {
+    use ne_shared::decode::{Format, LineDecoder};
+    use ne_shared::table::EdgeSnapshot;
+
+    use super::*;
+
+    fn sink() -> FlowSink {
+        FlowSink::new(
+            Arc::new(FlowTable::new(1000)),
+            Arc::new(AgentMetrics::default()),
+            Provider::Istio,
+            "ztunnel",
+        )
+        .with_denials(Arc::new(FlowTable::new(1000)))
+    }
+
+    fn sorted(table: &FlowTable) -> Vec<EdgeSnapshot> {
+        let mut s = table.snapshot();
+        s.sort_by_key(EdgeSnapshot::key);
+        s
+    }
+
+    /// The metrics, sorted (label sets come in hash order), without the lag histogram's
+    /// sum and buckets (they depend on when each line was read).
+    fn counters(metrics: &AgentMetrics) -> Vec<String> {
+        let mut lines: Vec<String> = metrics
+            .encode()
+            .lines()
+            .filter(|l| !l.starts_with("network_enforcer_agent_scraper_lag"))
+            .map(str::to_owned)
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    /// The fast path's accounting is `accept`'s: the same tables (edges and denials),
+    /// received flows, drops and skips by reason, and lag records, over the bundled
+    /// example (CRI-framed, partial lines, a policy rejection, an `xds` line), the real
+    /// captures and a few broken lines.
+    #[test]
+    fn record_ztunnel_accounts_like_accept() {
+        let read = |path: &str| {
+            std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+                .unwrap()
+        };
+        let mut input = read("../examples/flows/ztunnel.log");
+        input += &read("../../shared/testdata/real/ztunnel-access.log");
+        input += &read("../../shared/testdata/real/ztunnel-access-json.log");
+        input += "\n   \ninfo access connection complete dst.addr=1.2.3.4:5\nnot a log line\n";
+        let (slow, fast) = (sink(), sink());
+        let (mut slow_lines, mut fast_lines) = (
+            LineDecoder::new(Format::Ztunnel),
+            LineDecoder::new(Format::Ztunnel),
+        );
+        for line in input.lines() {
+            slow.accept(slow_lines.feed(line.as_bytes()));
+            if let Some(payload) = fast_lines.payload(line.as_bytes()) {
+                fast.record_ztunnel(&payload);
+            }
+        }
+        assert_eq!(sorted(fast.table()), sorted(slow.table()));
+        assert_eq!(
+            sorted(fast.denials().unwrap()),
+            sorted(slow.denials().unwrap())
+        );
+        assert!(!fast.table().is_empty() && !fast.denials().unwrap().is_empty());
+        assert_eq!(counters(fast.metrics()), counters(slow.metrics()));
+        assert_eq!(
+            fast.metrics().scraper_lag.count(),
+            slow.metrics().scraper_lag.count()
+        );
+        let text = counters(fast.metrics()).join("\n");
+        for want in [
+            "reason=\"decode_error\"",
+            "reason=\"direction_not_learned\"",
+            "reason=\"not_forwarded\"",
+            "reason=\"ztunnel_non_access\"",
+            "reason=\"empty_line\"",
+        ] {
+            assert!(text.contains(want), "{want} in {text}");
+        }
+    }
+}
