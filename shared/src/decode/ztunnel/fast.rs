@@ -1,19 +1,28 @@
 //! The agent's ztunnel hot path: one access-log payload (after CRI framing) straight into
 //! the [`FlowTable`].
 //!
-//! [`record_line`] reads a text line in place: target and message first, then the
-//! `k=v` fields as byte ranges of the line, the addresses and the time without
-//! allocating. It applies the learning rules ([`Learnable::direction`]), borrows the
-//! edge's key from the line ([`EdgeKeyRef`]) and looks it up; only a key the table does
-//! not hold yet costs the owned [`FlowRecord`] and [`edge::Edge`], built by the slow path itself
-//! ([`super::decode`] and [`edge::derive`]). A flow over a known edge allocates nothing.
+//! [`record_line`] reads a text line in place, in this order:
+//! 1. one pass over the bytes ([`super::scan::plain`]: printable ASCII or TAB, no `\\`);
+//! 2. the header: time (fixed layout), level, target `access` (any other target is a
+//!    skip), message `connection complete`;
+//! 3. every `k=v` field, as byte ranges of the line. All of them, not only the key's: an
+//!    unclosed quote anywhere is the slow path's error, and a repeated key's last value
+//!    wins;
+//! 4. the slow path's checks on the addresses (an error there beats any skip), then the
+//!    learning rules ([`Learnable::direction`]): most lines that teach nothing
+//!    (outbound under Istio, no source identity, errors) stop here;
+//! 5. the edge's key, borrowed from the line ([`EdgeKeyRef`]), looked up in the table.
+//!
+//! Only a key the table does not hold yet costs the owned [`FlowRecord`] and
+//! [`edge::Edge`], built by the slow path itself ([`super::decode`] and [`edge::derive`]).
+//! A flow over a known edge allocates nothing.
 //!
 //! The fast path handles the common shape only. Whatever it does not recognise (JSON
-//! lines, non-ASCII bytes, escapes in a quoted value, another timestamp form, span fields
-//! in the header, any line that decodes to an error) goes to the slow path whole, so
-//! the result is, line for line, what [`super::decode`] followed by
-//! [`FlowTable::record_flow`] gives: the same errors, skips, entries, counts and times
-//! (property-tested against it). Policy rejections are handed back decoded
+//! lines, other bytes, escapes, another timestamp form, span fields in the header, other
+//! messages, any line that decodes to an error) goes to the slow path whole, so the
+//! result is, line for line, what [`super::decode`] followed by [`FlowTable::record_flow`]
+//! gives: the same errors, skips, entries, counts and times (property-tested against it,
+//! and on every real capture). Policy rejections are handed back decoded
 //! ([`ZtunnelRecorded::Denial`]): the caller keeps them as denials.
 
 use memchr::memmem;

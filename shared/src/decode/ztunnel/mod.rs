@@ -10,6 +10,10 @@
 //! Only target `access` with message `connection complete` makes a record; other targets
 //! (`state:…`, `ztunnel::state`, `dns`, `xds`) and messages are counted skips, decided
 //! before any field is parsed.
+//!
+//! [`decode`] builds an owned record per line. The agent instead uses [`record_line`]
+//! (module `fast`), which reads the edge's key from the line and records it in the
+//! `FlowTable` directly, falling back to [`decode`] for anything unusual.
 
 mod fast;
 mod scan;
