@@ -9,17 +9,21 @@
 //! steady state. `record/*` runs only the `record_flow` calls on the same input decoded
 //! beforehand: the pipeline's extra cost measured on its own, which is a few per cent of
 //! decoding and so easily lost in the noise of two separate decode runs on a shared
-//! machine. The lines are split before measuring, so no case pays for the newline search. The ztunnel text group also compares CRI-framed with unframed input,
-//! and `decode_line` with `LineDecoder::feed`.
+//! machine. The lines are split before measuring, so no case pays for the newline search.
+//! The ztunnel text group also compares CRI-framed with unframed input, and `decode_line`
+//! with `LineDecoder::feed`; its `fast/*` cases are the agent's ztunnel path, which
+//! records each line through [`FlowTable::record_ztunnel`] without decoding a record (to
+//! compare with `pipeline/*`; the bench first checks that both learn the same table).
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use ne_benches::{Config, Shape, generate};
+use ne_shared::decode::ztunnel::ZtunnelRecorded;
 use ne_shared::decode::{Decoded, Format, LineDecoder, decode_line, decode_lines};
 use ne_shared::edge::Provider;
 use ne_shared::flow::FlowRecord;
-use ne_shared::table::FlowTable;
+use ne_shared::table::{EdgeSnapshot, FlowTable};
 
 /// Lines per measured iteration.
 const LINES: usize = 4_096;
@@ -67,6 +71,31 @@ fn pipeline(format: Format, lines: &[&[u8]], table: &FlowTable) -> usize {
         }
     }
     edges
+}
+
+/// The agent's ztunnel path: CRI framing as `LineDecoder::feed`, then
+/// [`FlowTable::record_ztunnel`] on each payload (no record for a known edge); returns the
+/// number of edges recorded.
+fn fast(lines: &[&[u8]], table: &FlowTable) -> usize {
+    let mut decoder = LineDecoder::new(Format::Ztunnel);
+    let mut edges = 0;
+    for line in lines {
+        if let Some(payload) = decoder.payload(line) {
+            let recorded = black_box(table.record_ztunnel(&payload, Provider::Istio));
+            edges += usize::from(matches!(
+                recorded,
+                Ok(ZtunnelRecorded::Flow { outcome: Ok(_), .. })
+            ));
+        }
+    }
+    edges
+}
+
+/// The table's entries, sorted by key.
+fn sorted(table: &FlowTable) -> Vec<EdgeSnapshot> {
+    let mut s = table.snapshot();
+    s.sort_by_key(EdgeSnapshot::key);
+    s
 }
 
 /// Records already decoded records: the pipeline's cost beyond decoding, measured alone.
@@ -132,6 +161,17 @@ fn formats(c: &mut Criterion) {
                 b.iter(|| pipeline(format, lines, &table))
             });
             assert_eq!(table.dropped(), 0);
+            if matches!(shape, Shape::ZtunnelText | Shape::ZtunnelTextCri) {
+                // Before measuring: the fast path learns what the pipeline learns.
+                let (want, got) = (FlowTable::new(1 << 20), FlowTable::new(1 << 20));
+                assert_eq!(pipeline(format, &lines, &want), fast(&lines, &got));
+                assert_eq!(sorted(&want), sorted(&got));
+                let table = FlowTable::new(1 << 20);
+                group.bench_with_input(BenchmarkId::new("fast", framing), &lines, |b, lines| {
+                    b.iter(|| fast(lines, &table))
+                });
+                assert_eq!(table.dropped(), 0);
+            }
             if shape == Shape::ZtunnelTextCri {
                 continue; // the same records as the unframed input
             }

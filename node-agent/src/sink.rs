@@ -2,11 +2,13 @@
 //!
 //! The hot path: one flow is one counter increment, one lag record, one edge derivation
 //! and one `FlowTable::record` — no allocation for a known edge, no lock held across
-//! anything but a map shard, no log line.
+//! anything but a map shard, no log line. ztunnel lines skip the decoded record
+//! altogether ([`FlowSink::record_ztunnel`]): the table reads the edge from the line.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use ne_shared::decode::ztunnel::ZtunnelRecorded;
 use ne_shared::decode::{DecodeError, Decoded, SkipReason};
 use ne_shared::edge::{EdgeSkip, Provider};
 use ne_shared::flow::{FlowRecord, Timestamp};
@@ -74,8 +76,28 @@ impl FlowSink {
         self.provider
     }
 
+    /// Counts one flow received at `time` (and its scraper lag).
+    fn received(&self, time: Option<Timestamp>) {
+        self.received.inc();
+        if let Some(t) = time {
+            self.metrics
+                .scraper_lag
+                .record_nanos(now_nanos().saturating_sub(t.0));
+        }
+    }
+
+    /// Counts what the table did with a flow, or why it taught no edge.
+    fn outcome(&self, outcome: Result<RecordOutcome, EdgeSkip>) {
+        match outcome {
+            Ok(RecordOutcome::Dropped) => self.metrics.dropped(DropReason::table_full),
+            Ok(RecordOutcome::Inserted | RecordOutcome::Updated) => {}
+            Err(skip) => self.metrics.dropped(skip.into()),
+        }
+    }
+
     /// Records one flow.
     pub fn record(&self, flow: &FlowRecord) {
+        self.received(flow.time);
         if let Some(denials) = &self.denials
             && let Ok(edge) = ne_shared::edge::derive_denial(flow)
             && denials.record(&edge, flow.time.unwrap_or_default(), flow.connections)
@@ -83,23 +105,14 @@ impl FlowSink {
         {
             self.metrics.dropped(DropReason::denials_full);
         }
-        self.recorded(flow.time, self.table.record_flow(flow, self.provider));
+        self.outcome(self.table.record_flow(flow, self.provider));
     }
 
     /// Accounts for one flow a fast path has already recorded in [`FlowSink::table`]
     /// (or skipped): the received count, the scraper lag, the drop reason.
     pub fn recorded(&self, time: Option<Timestamp>, outcome: Result<RecordOutcome, EdgeSkip>) {
-        self.received.inc();
-        if let Some(t) = time {
-            self.metrics
-                .scraper_lag
-                .record_nanos(now_nanos().saturating_sub(t.0));
-        }
-        match outcome {
-            Ok(RecordOutcome::Dropped) => self.metrics.dropped(DropReason::table_full),
-            Ok(RecordOutcome::Inserted | RecordOutcome::Updated) => {}
-            Err(skip) => self.metrics.dropped(skip.into()),
-        }
+        self.received(time);
+        self.outcome(outcome);
     }
 
     /// Accounts for one decode result: records a flow, counts a skip or an error.
@@ -108,6 +121,31 @@ impl FlowSink {
             Ok(Decoded::Record(flow)) => self.record(&flow),
             Ok(Decoded::Skip(reason)) => self.metrics.skip(reason, 1),
             Ok(Decoded::Partial) => {}
+            Err(error) => {
+                self.metrics.dropped(DropReason::decode_error);
+                tracing::debug!(%error, "undecodable flow");
+            }
+        }
+    }
+
+    /// Decodes and records one ztunnel payload (after CRI framing) through the fast path,
+    /// [`FlowTable::record_ztunnel`]: the same table entries and metrics as
+    /// [`FlowSink::accept`] on `decode_line`'s result.
+    pub fn record_ztunnel(&self, payload: &[u8]) {
+        self.accept_ztunnel(self.table.record_ztunnel(payload, self.provider));
+    }
+
+    /// Accounts for one fast-path result as [`FlowSink::accept`] does for a decode
+    /// result: a flow (already in the table) is received, its lag recorded and a skip or
+    /// a full table counted; a policy rejection is recorded here (with its denial).
+    pub fn accept_ztunnel(&self, result: Result<ZtunnelRecorded, DecodeError>) {
+        match result {
+            Ok(ZtunnelRecorded::Flow { time, outcome }) => {
+                self.received(time);
+                self.outcome(outcome);
+            }
+            Ok(ZtunnelRecorded::Denial(flow)) => self.record(&flow),
+            Ok(ZtunnelRecorded::Skip(reason)) => self.metrics.skip(reason, 1),
             Err(error) => {
                 self.metrics.dropped(DropReason::decode_error);
                 tracing::debug!(%error, "undecodable flow");
@@ -127,4 +165,89 @@ pub fn now_nanos() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use ne_shared::decode::{Format, LineDecoder};
+    use ne_shared::table::EdgeSnapshot;
+
+    use super::*;
+
+    fn sink() -> FlowSink {
+        FlowSink::new(
+            Arc::new(FlowTable::new(1000)),
+            Arc::new(AgentMetrics::default()),
+            Provider::Istio,
+            "ztunnel",
+        )
+        .with_denials(Arc::new(FlowTable::new(1000)))
+    }
+
+    fn sorted(table: &FlowTable) -> Vec<EdgeSnapshot> {
+        let mut s = table.snapshot();
+        s.sort_by_key(EdgeSnapshot::key);
+        s
+    }
+
+    /// The metrics, sorted (label sets come in hash order), without the lag histogram's
+    /// sum and buckets (they depend on when each line was read).
+    fn counters(metrics: &AgentMetrics) -> Vec<String> {
+        let mut lines: Vec<String> = metrics
+            .encode()
+            .lines()
+            .filter(|l| !l.starts_with("network_enforcer_agent_scraper_lag"))
+            .map(str::to_owned)
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    /// The fast path's accounting is `accept`'s: the same tables (edges and denials),
+    /// received flows, drops and skips by reason, and lag records, over the bundled
+    /// example (CRI-framed, partial lines, a policy rejection, an `xds` line), the real
+    /// captures and a few broken lines.
+    #[test]
+    fn record_ztunnel_accounts_like_accept() {
+        let read = |path: &str| {
+            std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+                .unwrap()
+        };
+        let mut input = read("../examples/flows/ztunnel.log");
+        input += &read("../../shared/testdata/real/ztunnel-access.log");
+        input += &read("../../shared/testdata/real/ztunnel-access-json.log");
+        input += "\n   \ninfo access connection complete dst.addr=1.2.3.4:5\nnot a log line\n";
+        let (slow, fast) = (sink(), sink());
+        let (mut slow_lines, mut fast_lines) = (
+            LineDecoder::new(Format::Ztunnel),
+            LineDecoder::new(Format::Ztunnel),
+        );
+        for line in input.lines() {
+            slow.accept(slow_lines.feed(line.as_bytes()));
+            if let Some(payload) = fast_lines.payload(line.as_bytes()) {
+                fast.record_ztunnel(&payload);
+            }
+        }
+        assert_eq!(sorted(fast.table()), sorted(slow.table()));
+        assert_eq!(
+            sorted(fast.denials().unwrap()),
+            sorted(slow.denials().unwrap())
+        );
+        assert!(!fast.table().is_empty() && !fast.denials().unwrap().is_empty());
+        assert_eq!(counters(fast.metrics()), counters(slow.metrics()));
+        assert_eq!(
+            fast.metrics().scraper_lag.count(),
+            slow.metrics().scraper_lag.count()
+        );
+        let text = counters(fast.metrics()).join("\n");
+        for want in [
+            "reason=\"decode_error\"",
+            "reason=\"direction_not_learned\"",
+            "reason=\"not_forwarded\"",
+            "reason=\"ztunnel_non_access\"",
+            "reason=\"empty_line\"",
+        ] {
+            assert!(text.contains(want), "{want} in {text}");
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! `--source ztunnel`: Istio ambient's access logs, read from ztunnel's container log
 //! files on this node (`<root>/<ns>_<ztunnel pod>_<uid>/istio-proxy/N.log`) with the
-//! polling [`crate::tail::Tailer`], decoded per file lineage with a CRI-aware
-//! [`LineDecoder`].
+//! polling [`crate::tail::Tailer`], unframed per file lineage with a CRI-aware
+//! [`LineDecoder`] and recorded through the FlowTable's ztunnel fast path
+//! ([`FlowSink::record_ztunnel`]).
 //!
 //! Needs on the node: a read-only hostPath mount of `/var/log/pods` (root, or a group that
 //! can read the kubelet's log files). Learning starts now: files already there are read
@@ -27,7 +28,11 @@ pub fn run(config: TailConfig, poll: Duration, sink: &FlowSink, state: &SourceSt
             let decoder = decoders
                 .entry(id)
                 .or_insert_with(|| LineDecoder::new(Format::Ztunnel));
-            sink.accept(decoder.feed(line));
+            // CRI framing (and `P` pieces) as `LineDecoder::feed`; each complete payload
+            // goes through the table's fast path.
+            if let Some(payload) = decoder.payload(line) {
+                sink.record_ztunnel(&payload);
+            }
             sink.partial_lines_lost(decoder.take_abandoned(), SkipReason::CriPartialAbandoned);
         });
         for (id, _) in tailer.take_ended() {

@@ -39,7 +39,7 @@ pub fn split(line: &[u8]) -> Option<Framed<'_>> {
         return None;
     }
     // An RFC 3339 timestamp with nanoseconds and an offset is at most 35 bytes.
-    let space = line.iter().take(40).position(|&b| b == b' ')?;
+    let space = memchr::memchr(b' ', &line[..line.len().min(40)])?;
     let ts = &line[..space];
     let shaped = ts.len() >= 20
         && ts[..4].iter().all(u8::is_ascii_digit)

@@ -19,6 +19,7 @@ pub mod hubble;
 pub mod hubble_pb;
 pub mod ztunnel;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
@@ -375,10 +376,22 @@ impl LineDecoder {
 
     /// Decodes one physical line (without its `\n`).
     pub fn feed(&mut self, line: &[u8]) -> Result<Decoded, DecodeError> {
+        match self.payload(line) {
+            Some(payload) => decode_line(self.format, &payload),
+            None => Ok(Decoded::Partial),
+        }
+    }
+
+    /// The payload [`LineDecoder::feed`] decodes for one physical line (without its
+    /// `\n`): the line itself when it is not CRI-framed, an `F` piece's payload (both
+    /// borrowed), `P…F` pieces joined, or `None` while a partial line is buffered. For
+    /// callers with their own decoder (the agent's ztunnel fast path,
+    /// [`ztunnel::record_line`]).
+    pub fn payload<'a>(&mut self, line: &'a [u8]) -> Option<Cow<'a, [u8]>> {
         match self.cri.feed(trim_line(line)) {
-            CriLine::Unframed(payload) => decode_line(self.format, payload),
-            CriLine::Complete(payload) => decode_line(self.format, &payload),
-            CriLine::Partial => Ok(Decoded::Partial),
+            CriLine::Unframed(payload) => Some(Cow::Borrowed(payload)),
+            CriLine::Complete(payload) => Some(payload),
+            CriLine::Partial => None,
         }
     }
 

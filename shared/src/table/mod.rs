@@ -23,6 +23,8 @@ use dashmap::mapref::entry::Entry;
 use foldhash::fast::RandomState;
 use serde::{Deserialize, Serialize};
 
+use crate::decode::DecodeError;
+use crate::decode::ztunnel::{self, ZtunnelRecorded};
 use crate::edge::{self, Edge, EdgeSkip, Provider};
 use crate::flow::{FlowRecord, Timestamp};
 
@@ -244,6 +246,17 @@ impl FlowTable {
     ) -> Result<RecordOutcome, EdgeSkip> {
         let edge = edge::derive(flow, provider)?;
         Ok(self.record(&edge, flow.time.unwrap_or_default(), flow.connections))
+    }
+
+    /// Decodes one ztunnel log payload (after CRI framing) and records its edge without
+    /// allocating when the edge is known: [`crate::decode::ztunnel::record_line`] on this
+    /// table.
+    pub fn record_ztunnel(
+        &self,
+        payload: &[u8],
+        provider: Provider,
+    ) -> Result<ZtunnelRecorded, DecodeError> {
+        ztunnel::record_line(self, payload, provider)
     }
 
     /// Number of distinct edges held.

@@ -10,6 +10,13 @@
 //! Only target `access` with message `connection complete` makes a record; other targets
 //! (`state:…`, `ztunnel::state`, `dns`, `xds`) and messages are counted skips, decided
 //! before any field is parsed.
+//!
+//! [`decode`] builds an owned record per line. The agent instead uses [`record_line`]
+//! (module `fast`), which reads the edge's key from the line and records it in the
+//! `FlowTable` directly, falling back to [`decode`] for anything unusual.
+
+mod fast;
+mod scan;
 
 use std::borrow::Cow;
 
@@ -17,6 +24,8 @@ use serde::Deserialize;
 
 use super::common::{CowStr, parse_addr, parse_time, present};
 use super::{DecodeError, Decoded, SkipReason};
+pub use fast::{ZtunnelRecorded, record_line};
+
 use crate::flow::{
     Endpoint, EndpointId, FlowRecord, ObservationPoint, Protocol, Reserved, Str, Timestamp, Verdict,
 };
@@ -91,6 +100,22 @@ fn message(m: &str) -> Message {
 
 /// Decodes one ztunnel log payload (text or JSON).
 pub fn decode(line: &[u8]) -> Result<Decoded, DecodeError> {
+    parse(line).map(|l| match l {
+        Line::Record(r) => Decoded::Record(r),
+        Line::Skip(reason) => Decoded::Skip(reason),
+    })
+}
+
+/// What a payload decodes to: [`Decoded`] without its `Partial` case.
+// Records are the common case (as in `Decoded`).
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Line {
+    Record(FlowRecord),
+    Skip(SkipReason),
+}
+
+/// [`decode`], for the fast path's fallback.
+pub(super) fn parse(line: &[u8]) -> Result<Line, DecodeError> {
     if line.first() == Some(&b'{') {
         return decode_json(line);
     }
@@ -98,20 +123,20 @@ pub fn decode(line: &[u8]) -> Result<Decoded, DecodeError> {
     decode_text(text)
 }
 
-fn decode_json(line: &[u8]) -> Result<Decoded, DecodeError> {
+fn decode_json(line: &[u8]) -> Result<Line, DecodeError> {
     let a: Access<'_> = serde_json::from_slice(line).map_err(DecodeError::json)?;
     match a.scope.as_deref() {
         Some("access") => {}
-        Some(_) => return Ok(Decoded::Skip(SkipReason::ZtunnelNonAccess)),
+        Some(_) => return Ok(Line::Skip(SkipReason::ZtunnelNonAccess)),
         None => return Err(DecodeError::MissingField("scope")),
     }
     match message(a.message.as_deref().unwrap_or("")) {
         Message::Complete => {}
-        Message::Opened => return Ok(Decoded::Skip(SkipReason::ZtunnelConnectionOpened)),
-        Message::Other => return Ok(Decoded::Skip(SkipReason::ZtunnelOtherMessage)),
+        Message::Opened => return Ok(Line::Skip(SkipReason::ZtunnelConnectionOpened)),
+        Message::Other => return Ok(Line::Skip(SkipReason::ZtunnelOtherMessage)),
     }
     let time = a.time.as_deref().map(parse_time).transpose()?;
-    record(&a, time).map(Decoded::Record)
+    record(&a, time).map(Line::Record)
 }
 
 /// The part of a text line before its fields.
@@ -180,10 +205,10 @@ pub(crate) fn looks_like_text(line: &[u8]) -> bool {
     std::str::from_utf8(line).is_ok_and(|t| header(t).is_ok())
 }
 
-fn decode_text(line: &str) -> Result<Decoded, DecodeError> {
+fn decode_text(line: &str) -> Result<Line, DecodeError> {
     let h = header(line)?;
     if h.target != "access" {
-        return Ok(Decoded::Skip(SkipReason::ZtunnelNonAccess));
+        return Ok(Line::Skip(SkipReason::ZtunnelNonAccess));
     }
     // The message runs up to the first `key=value` word.
     let rest = h.rest.trim_start();
@@ -203,13 +228,13 @@ fn decode_text(line: &str) -> Result<Decoded, DecodeError> {
     match normal {
         (Some("connection"), Some("complete"), None) => {}
         (Some("connection"), Some("opened"), None) => {
-            return Ok(Decoded::Skip(SkipReason::ZtunnelConnectionOpened));
+            return Ok(Line::Skip(SkipReason::ZtunnelConnectionOpened));
         }
-        _ => return Ok(Decoded::Skip(SkipReason::ZtunnelOtherMessage)),
+        _ => return Ok(Line::Skip(SkipReason::ZtunnelOtherMessage)),
     }
     let mut a = Access::default();
     fields(&rest[fields_at..], &mut a)?;
-    record(&a, h.time).map(Decoded::Record)
+    record(&a, h.time).map(Line::Record)
 }
 
 /// Parses `k=v` pairs; values are bare words or Rust Debug strings. Words without `=`
@@ -359,140 +384,6 @@ fn record(a: &Access<'_>, time: Option<Timestamp>) -> Result<FlowRecord, DecodeE
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(line: &str) -> FlowRecord {
-        match decode(line.as_bytes()) {
-            Ok(Decoded::Record(r)) => r,
-            other => panic!("{line}: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn unquotes_rust_debug_strings() {
-        assert_eq!(
-            unquote(r#"plain" rest"#),
-            Some((Cow::Borrowed("plain"), " rest"))
-        );
-        assert_eq!(
-            unquote(r#"a\"b\\c\td" x"#),
-            Some((Cow::Owned("a\"b\\c\td".to_owned()), " x"))
-        );
-        assert_eq!(
-            unquote(r#"\u{e9}t\u{1F600}" "#),
-            Some((Cow::Owned("ét😀".to_owned()), " "))
-        );
-        assert_eq!(
-            unquote(r#"\u{zz}""#),
-            Some((Cow::Owned("\u{fffd}".to_owned()), ""))
-        );
-        assert_eq!(unquote("never closed"), None);
-        assert_eq!(unquote(r#"ends in escape\"#), None);
-        assert_eq!(unquote(r#"\u{12"#), None);
-    }
-
-    #[test]
-    fn maps_fields_and_verdicts() {
-        let r = rec(
-            "2026-03-14T09:27:02.007114Z\terror\taccess\tconnection complete\tsrc.addr=[fd00::5]:40322 src.workload=\"report-x\" src.namespace=\"batch\" src.identity=\"spiffe://example.org/ns/batch/sa/reporter\" dst.addr=[fd00::9]:15008 dst.hbone_addr=\"[fd00::9]:5432\" dst.workload=\"postgres-0\" dst.namespace=\"db\" direction=\"inbound\" error=\"connection closed due to policy rejection: explicitly denied by: db/deny-batch\"",
-        );
-        assert_eq!(
-            r.source.id,
-            EndpointId::Pod {
-                namespace: "batch".into(),
-                name: "report-x".into()
-            }
-        );
-        assert_eq!(
-            r.source.identity.as_deref(),
-            Some("example.org/ns/batch/sa/reporter")
-        );
-        assert_eq!(r.source_port, 40322);
-        assert_eq!(r.destination_port, 5432);
-        assert_eq!(r.destination.identity, None);
-        assert_eq!(r.observation, ObservationPoint::Ingress);
-        assert_eq!(r.verdict, Verdict::PolicyDenied);
-        assert_eq!(r.policy.as_deref(), Some("db/deny-batch"));
-        assert_eq!(r.reply, Some(false));
-        // No workload on the source: unknown, with its address.
-        let r = rec(
-            "info access connection complete src.addr=1.2.3.4:5 dst.addr=10.0.0.1:80 direction=\"sideways\"",
-        );
-        assert_eq!(r.source.id, EndpointId::Reserved(Reserved::Unknown));
-        assert_eq!(r.source.ip, Some("1.2.3.4".parse().unwrap()));
-        assert_eq!(r.observation, ObservationPoint::Unknown);
-        assert_eq!(r.time, None);
-    }
-
-    #[test]
-    fn skips_other_targets_and_messages() {
-        let cases = [
-            (
-                "2026-08-03T15:34:57Z info dns resolved x=1",
-                SkipReason::ZtunnelNonAccess,
-            ),
-            (
-                "2026-08-03T15:34:57Z debug access connection opened src.addr=1.2.3.4:5",
-                SkipReason::ZtunnelConnectionOpened,
-            ),
-            (
-                "2026-08-03T15:34:57Z warn access connection failed src.addr=1.2.3.4:5 error=\"x\"",
-                SkipReason::ZtunnelOtherMessage,
-            ),
-            (
-                "2026-08-03T15:34:57Z  INFO outbound{id=7 peer=1.2.3.4:5}: xds: update",
-                SkipReason::ZtunnelNonAccess,
-            ),
-            (
-                r#"{"scope":"xds","message":"connection complete"}"#,
-                SkipReason::ZtunnelNonAccess,
-            ),
-            (
-                r#"{"scope":"access","message":"connection opened"}"#,
-                SkipReason::ZtunnelConnectionOpened,
-            ),
-        ];
-        for (line, want) in cases {
-            assert_eq!(decode(line.as_bytes()), Ok(Decoded::Skip(want)), "{line}");
-        }
-    }
-
-    #[test]
-    fn rejects_broken_lines() {
-        let cases: [(&str, &str); 8] = [
-            ("hello world", "line_shape"),
-            (
-                "2026-13-03T15:34:57Z info access connection complete",
-                "bad_timestamp",
-            ),
-            ("info", "line_shape"),
-            ("info access src.addr=1.2.3.4:5", "line_shape"),
-            (
-                "info access connection complete src.addr=1.2.3.4:5 dst.addr=",
-                "bad_address",
-            ),
-            (
-                "info access connection complete dst.addr=1.2.3.4:5",
-                "missing_field",
-            ),
-            (
-                "info access connection complete src.addr=1.2.3.4:5 dst.addr=1.2.3.4:80 dst.workload=\"x",
-                "unterminated_quote",
-            ),
-            (r#"{"message":"connection complete"}"#, "missing_field"),
-        ];
-        for (line, kind) in cases {
-            let got = decode(line.as_bytes());
-            assert_eq!(
-                got.as_ref().map_err(DecodeError::kind).err(),
-                Some(kind),
-                "{line}: {got:?}"
-            );
-        }
-        assert_eq!(
-            decode(b"info access \xff"),
-            Err(DecodeError::InvalidUtf8(12))
-        );
-    }
-}
+mod fast_tests;
+#[cfg(test)]
+mod tests;
