@@ -29,7 +29,7 @@ use crate::edge::{self, Edge, EdgeSkip, Provider};
 use crate::flow::{FlowRecord, Timestamp};
 
 pub use key::{EdgeKey, EdgeKeyRef};
-use key::{EdgeView, KeyView};
+pub(crate) use key::{EdgeView, KeyView};
 
 /// What [`FlowTable::record`] did with an edge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

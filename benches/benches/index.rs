@@ -1,0 +1,158 @@
+//! `EdgeIndex::apply` throughput on the leader (ARCHITECTURE §8: merges ≥ 1 M delta
+//! edges/s; this module's own goal is ≥ 5 M/s/core for known keys).
+//!
+//! Cases, each with batches of 1 000 entries as one decoded wire message would carry:
+//! - `known/<n>k_keys`: the steady state. Four agents, each key shipped by two of them;
+//!   the index already holds every key, and every iteration re-ships all entries of every
+//!   agent with larger counts and times (each entry changes its merged edge). The entries
+//!   are built separately from the ones that filled the index, so lookups compare
+//!   strings in other allocations, as with freshly decoded batches. The changed list is
+//!   drained (untimed) between iterations, so each iteration flags every key again.
+//! - `new/<n>k_keys`: one agent's snapshot into an empty index (insertion path).
+//!
+//! Memory: 457-586 bytes per distinct edge of fixed size on x86_64 (map bucket and
+//! entry, plus 32 per further agent), besides the edge's strings, which are shared with
+//! the decoded batch that first carried it; see `bytes_per_distinct_edge` in
+//! `shared/src/index/tests.rs`.
+
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use ne_shared::edge::Edge;
+use ne_shared::flow::{
+    Direction, Endpoint, EndpointId, Protocol, Timestamp, WorkloadKind, WorkloadRef, labels,
+};
+use ne_shared::index::{AgentId, EdgeIndex};
+use ne_shared::table::EdgeSnapshot;
+
+const AGENTS: usize = 4;
+/// Entries per batch.
+const BATCH: usize = 1_000;
+
+fn workload(namespace: &str, name: String) -> Endpoint {
+    let id = EndpointId::Workload(WorkloadRef {
+        namespace: namespace.into(),
+        kind: WorkloadKind::Deployment,
+        name: name.as_str().into(),
+    });
+    Endpoint::new(id).with_labels(labels([("app", name)]))
+}
+
+/// `n` distinct edges with realistic shapes: in-cluster and external peers, both
+/// directions (the same shapes as the `flow_table` bench). Every call allocates anew.
+fn edges(n: usize) -> Vec<Edge> {
+    (0..n)
+        .map(|i| {
+            let subject = workload(&format!("ns-{}", i % 32), format!("app-{}", i % 997));
+            let peer = if i % 4 == 0 {
+                let ip = Ipv4Addr::from(0x0a00_0000 + i as u32);
+                Endpoint::new(EndpointId::External(IpAddr::V4(ip))).with_ip(Some(IpAddr::V4(ip)))
+            } else {
+                workload("shop", format!("peer-{}", i / 997))
+            };
+            Edge {
+                subject,
+                direction: if i % 2 == 0 {
+                    Direction::Egress
+                } else {
+                    Direction::Ingress
+                },
+                peer,
+                protocol: Protocol::Tcp,
+                port: 1_000 + (i % 50) as u16,
+                peer_dns: None,
+            }
+        })
+        .collect()
+}
+
+/// The entries of `edges` that `keep` selects (by position), in batches; entry `i` has
+/// serial `i + 1` (any value works: serials are per agent).
+fn batches(edges: &[Edge], keep: impl Fn(usize) -> bool) -> Vec<Vec<EdgeSnapshot>> {
+    let entries: Vec<EdgeSnapshot> = edges
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| keep(i))
+        .map(|(i, edge)| EdgeSnapshot {
+            edge: edge.clone(),
+            count: 1,
+            first_seen: Timestamp(0),
+            last_seen: Timestamp(0),
+            serial: i as u64 + 1,
+        })
+        .collect();
+    entries
+        .chunks(BATCH)
+        .map(<[EdgeSnapshot]>::to_vec)
+        .collect()
+}
+
+/// Each agent's batches: key `i` is shipped by agents `i % AGENTS` and `(i + 1) % AGENTS`.
+fn agent_batches(edges: &[Edge]) -> Vec<(AgentId, Vec<Vec<EdgeSnapshot>>)> {
+    (0..AGENTS)
+        .map(|agent| {
+            let mine = batches(edges, |i| i % AGENTS == agent || (i + 1) % AGENTS == agent);
+            (AgentId::from(format!("node-{agent}")), mine)
+        })
+        .collect()
+}
+
+fn apply_all(index: &mut EdgeIndex, agents: &[(AgentId, Vec<Vec<EdgeSnapshot>>)]) {
+    for (id, batches) in agents {
+        for batch in batches {
+            black_box(index.apply(id, 1, batch));
+        }
+    }
+}
+
+fn apply(c: &mut Criterion) {
+    let mut group = c.benchmark_group("index/apply");
+    for keys in [1_000usize, 100_000] {
+        let label = format!("{}k_keys", keys / 1_000);
+
+        let mut index = EdgeIndex::new(keys);
+        apply_all(&mut index, &agent_batches(&edges(keys)));
+        assert_eq!(index.len(), keys);
+        let mut agents = agent_batches(&edges(keys));
+        let entries: usize = agents.iter().flat_map(|(_, b)| b).map(Vec::len).sum();
+        group.throughput(Throughput::Elements(entries as u64));
+        group.bench_function(BenchmarkId::new("known", &label), |b| {
+            b.iter_custom(|iters| {
+                let mut timed = Duration::ZERO;
+                for _ in 0..iters {
+                    for snap in agents.iter_mut().flat_map(|(_, b)| b).flatten() {
+                        snap.count += 1;
+                        snap.last_seen.0 += 1;
+                    }
+                    black_box(index.drain_changed().count());
+                    let start = Instant::now();
+                    apply_all(&mut index, &agents);
+                    timed += start.elapsed();
+                }
+                timed
+            })
+        });
+        let totals = index.totals();
+        assert_eq!((totals.dropped, totals.stale_serial), (0, 0));
+        assert_eq!(totals.unchanged, 0, "every entry changes its edge");
+
+        let one_agent = vec![(AgentId::from("node-0"), batches(&edges(keys), |_| true))];
+        group.throughput(Throughput::Elements(keys as u64));
+        group.bench_function(BenchmarkId::new("new", &label), |b| {
+            b.iter_batched(
+                || EdgeIndex::new(keys),
+                |mut index| {
+                    apply_all(&mut index, &one_agent);
+                    index
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, apply);
+criterion_main!(benches);
