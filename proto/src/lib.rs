@@ -46,6 +46,8 @@ pub mod goldmane {
 
 /// Network Enforcer's agent-to-leader API (`networkenforcer.ingest.v1`): the `Ingest`
 /// service (client and server), its `Hello`, columnar `Batch` and `Ack` messages.
+// `AgentMessage` holds its `Batch` inline: one per message, boxing it buys nothing.
+#[allow(clippy::large_enum_variant)]
 pub mod ingest {
     include!("gen/networkenforcer.ingest.v1.rs");
 }
