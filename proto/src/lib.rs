@@ -1,13 +1,16 @@
-//! Wire formats of Network Enforcer: the subsets of Cilium Hubble's and Calico Goldmane's
-//! gRPC APIs the agent reads (the agent-to-leader ingest API arrives with the delta issue).
+//! Wire formats of Network Enforcer: the agent-to-leader ingest API ([`ingest`]) and the
+//! subsets of Cilium Hubble's and Calico Goldmane's gRPC APIs the agent reads.
 //!
-//! Place in the data flow: the agent's sources open these streams; the hot Hubble path
-//! takes each `GetFlowsResponse` undecoded ([`raw`]) and hands the bytes to
-//! `ne_shared::decode::hubble_pb`, while the prost types here serve the request side, the
-//! cooler sources (Goldmane), health calls and test servers.
+//! Place in the data flow: the agent's sources open the Hubble and Goldmane streams; the
+//! hot Hubble path takes each `GetFlowsResponse` undecoded ([`raw`]) and hands the bytes
+//! to `ne_shared::decode::hubble_pb`, while the prost types here serve the request side,
+//! the cooler sources (Goldmane), health calls and test servers. The agent then ships its
+//! flow table to the leader over [`ingest`]'s stream; `ne_shared::delta` turns table
+//! entries into its `Batch` messages and back.
 //!
-//! The `.proto` files in `proto/` are our own, written from the field numbers in
-//! `shared/reference/dataplanes.md` (same tags and wire types as upstream, fewer fields).
+//! The data-plane `.proto` files in `proto/` are our own, written from the field numbers
+//! in `shared/reference/dataplanes.md` (same tags and wire types as upstream, fewer
+//! fields); `proto/networkenforcer/ingest/v1/ingest.proto` is this project's own API.
 //! The generated code in `src/gen/` is committed, so a build needs no `protoc` and no build
 //! script; `tests/bootstrap.rs` regenerates it with protox and fails on any difference
 //! (`NE_REGEN_PROTO=1 cargo test -p ne-proto --test bootstrap` rewrites it).
@@ -39,6 +42,14 @@ pub mod observer {
 /// `FlowCollector` (client and server).
 pub mod goldmane {
     include!("gen/goldmane.rs");
+}
+
+/// Network Enforcer's agent-to-leader API (`networkenforcer.ingest.v1`): the `Ingest`
+/// service (client and server), its `Hello`, columnar `Batch` and `Ack` messages.
+// `AgentMessage` holds its `Batch` inline: one per message, boxing it buys nothing.
+#[allow(clippy::large_enum_variant)]
+pub mod ingest {
+    include!("gen/networkenforcer.ingest.v1.rs");
 }
 
 #[cfg(test)]

@@ -11,7 +11,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// The root files; their imports (`hubble/flow.proto`, `hubble/relay.proto`) come along.
-const ROOTS: [&str; 2] = ["hubble/observer.proto", "goldmane/api.proto"];
+const ROOTS: [&str; 3] = [
+    "hubble/observer.proto",
+    "goldmane/api.proto",
+    "networkenforcer/ingest/v1/ingest.proto",
+];
 
 /// Generates the code into `out` (created empty).
 fn generate(out: &Path) {
@@ -62,9 +66,15 @@ fn generated_code_is_up_to_date() {
     let gen_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/gen");
     let committed = rust_files(&gen_dir);
     assert!(
-        ["flow.rs", "relay.rs", "observer.rs", "goldmane.rs"]
-            .iter()
-            .all(|f| fresh.contains_key(*f)),
+        [
+            "flow.rs",
+            "relay.rs",
+            "observer.rs",
+            "goldmane.rs",
+            "networkenforcer.ingest.v1.rs"
+        ]
+        .iter()
+        .all(|f| fresh.contains_key(*f)),
         "the generator produced {:?}",
         fresh.keys().collect::<Vec<_>>()
     );

@@ -2,15 +2,18 @@
 //!
 //! Data flow: a source's bytes are decoded ([`decode`]) into [`flow::FlowRecord`]s; each
 //! record teaches at most one [`edge::Edge`]; the agent aggregates edges in a
-//! [`table::FlowTable`]; the leader merges what every agent ships in an
-//! [`index::EdgeIndex`]; endpoints are resolved to workloads ([`resolve`]); edges become
+//! [`table::FlowTable`] and ships its changed entries to the leader as compact batches
+//! ([`delta`]); the leader merges them in an [`index::EdgeIndex`]; endpoints are resolved
+//! to workloads ([`resolve`]); edges become
 //! per-workload allow-lists rendered as proposals ([`allowlist`]); and promoted policies
 //! are checked against flows with real NetworkPolicy and Istio semantics ([`eval`]).
 //!
-//! Nothing here does IO beyond reading what it is handed: no kube client, no gRPC.
+//! Nothing here does IO beyond reading what it is handed: no kube client, no gRPC (the
+//! ingest API's message types come from `ne-proto`; the streams live in the binaries).
 
 pub mod allowlist;
 pub mod decode;
+pub mod delta;
 pub mod edge;
 pub mod eval;
 pub mod flow;
