@@ -6,6 +6,7 @@
 //! captured flows.
 
 pub mod cli;
+pub mod ingest;
 pub mod offline;
 
 use std::process::ExitCode;

@@ -10,6 +10,7 @@ pub mod args;
 pub mod http;
 pub mod metrics;
 pub mod otlp;
+pub mod ship;
 pub mod sink;
 pub mod sources;
 pub mod tail;

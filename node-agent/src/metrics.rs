@@ -102,6 +102,24 @@ pub struct AgentMetrics {
     pub source_connected: Gauge,
     pub source_reconnects: Counter,
     pub file_events: Family<FileEventLabel, Counter>,
+    /// Batches sent to the leader.
+    pub deltas_sent: Counter,
+    /// Bytes of the batches sent to the leader (encoded messages).
+    pub delta_bytes_sent: Counter,
+    /// Entries sent to the leader (snapshots and deltas).
+    pub delta_edges_sent: Counter,
+    /// Full snapshots sent (one per new stream).
+    pub ship_snapshots: Counter,
+    /// Acks received from the leader.
+    pub ship_acks: Counter,
+    /// Batches the leader rejected (the stream then starts over).
+    pub ship_rejects: Counter,
+    /// Batches sent and not yet acked.
+    pub ship_unacked: Gauge,
+    /// 1 while a stream to the leader is up.
+    pub leader_connected: Gauge,
+    /// Streams to the leader that ended or failed.
+    pub leader_reconnects: Counter,
 }
 
 impl AgentMetrics {
@@ -148,6 +166,55 @@ impl AgentMetrics {
             "agent_source_reconnects",
             "Reconnects to the source",
             self.source_reconnects.clone(),
+        );
+        for (name, help, counter) in [
+            (
+                "agent_deltas_sent",
+                "Batches sent to the leader",
+                &self.deltas_sent,
+            ),
+            (
+                "agent_delta_bytes_sent",
+                "Bytes of the batches sent to the leader",
+                &self.delta_bytes_sent,
+            ),
+            (
+                "agent_delta_edges_sent",
+                "Edges sent to the leader, snapshots included",
+                &self.delta_edges_sent,
+            ),
+            (
+                "agent_ship_snapshots",
+                "Full snapshots sent to the leader (one per new stream)",
+                &self.ship_snapshots,
+            ),
+            (
+                "agent_ship_acks",
+                "Acks received from the leader",
+                &self.ship_acks,
+            ),
+            (
+                "agent_ship_rejects",
+                "Batches the leader rejected",
+                &self.ship_rejects,
+            ),
+            (
+                "agent_leader_reconnects",
+                "Streams to the leader that ended or failed",
+                &self.leader_reconnects,
+            ),
+        ] {
+            r.register(name, help, counter.clone());
+        }
+        r.register(
+            "agent_ship_unacked_batches",
+            "Batches sent to the leader and not yet acknowledged",
+            self.ship_unacked.clone(),
+        );
+        r.register(
+            "agent_leader_connected",
+            "1 while a stream to the leader is up",
+            self.leader_connected.clone(),
         );
     }
 

@@ -1,0 +1,219 @@
+//! The leader's ingest endpoint (ARCHITECTURE §6): `networkenforcer.ingest.v1.Ingest/Stream`.
+//!
+//! Data flow: agent stream → `Hello` → per-stream [`Decoder`] → [`IndexHandle::apply`]
+//! (the index's owner task, module `owner`) → `Ack` of the highest sequence applied. An
+//! ack is sent only after the batch is in the index, so an agent that got an ack can
+//! forget the batch.
+//!
+//! Only the replica that holds the Lease accepts streams ([`Leadership`]); a standby
+//! answers `UNAVAILABLE` so agents try the next address, and a leader that loses the Lease
+//! ends its streams the same way. Malformed input (no hello first, a batch out of
+//! sequence, a batch the decoder rejects) gets a `Reject` naming the batch and the reason,
+//! and the stream ends; the agent starts over with a snapshot.
+
+mod owner;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use ne_proto::ingest::ingest_server::Ingest;
+use ne_proto::ingest::{Ack, AgentMessage, LeaderMessage, Reject, agent_message, leader_message};
+use ne_shared::delta::Decoder;
+use ne_shared::index::AgentId;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+pub use ne_proto::ingest::ingest_server::IngestServer;
+pub use owner::{IndexClosed, IndexHandle};
+
+/// Whether this replica may accept streams (it holds the Lease). Kept behind a trait so
+/// tests run election in-process.
+pub trait Leadership: Send + Sync + 'static {
+    /// True while this replica is the leader.
+    fn is_leader(&self) -> bool;
+}
+
+impl Leadership for AtomicBool {
+    fn is_leader(&self) -> bool {
+        self.load(Ordering::Acquire)
+    }
+}
+
+impl<L: Leadership + ?Sized> Leadership for Arc<L> {
+    fn is_leader(&self) -> bool {
+        (**self).is_leader()
+    }
+}
+
+/// The `Ingest` service.
+#[derive(Debug)]
+pub struct IngestService<L> {
+    index: IndexHandle,
+    leadership: L,
+    leader_epoch: u64,
+}
+
+impl<L: Leadership> IngestService<L> {
+    /// Streams are applied to `index` while `leadership` says this replica leads;
+    /// `leader_epoch` (larger at every new leader) is sent in every ack.
+    pub fn new(index: IndexHandle, leadership: L, leader_epoch: u64) -> Self {
+        IngestService {
+            index,
+            leadership,
+            leader_epoch,
+        }
+    }
+}
+
+fn standby() -> Status {
+    Status::unavailable("this replica is a standby: the leader holds the Lease")
+}
+
+type Outbound = Pin<Box<dyn tokio_stream::Stream<Item = Result<LeaderMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl<L: Leadership + Clone> Ingest for IngestService<L> {
+    type StreamStream = Outbound;
+
+    async fn stream(
+        &self,
+        request: Request<Streaming<AgentMessage>>,
+    ) -> Result<Response<Self::StreamStream>, Status> {
+        if !self.leadership.is_leader() {
+            return Err(standby());
+        }
+        let mut inbound = request.into_inner();
+        let hello = match inbound.message().await? {
+            Some(AgentMessage {
+                message: Some(agent_message::Message::Hello(hello)),
+            }) => hello,
+            _ => {
+                return Err(Status::invalid_argument(
+                    "the first message must be a Hello",
+                ));
+            }
+        };
+        if hello.agent_id.is_empty() {
+            return Err(Status::invalid_argument("Hello.agent_id is empty"));
+        }
+        let (tx, rx) = mpsc::channel(16);
+        let session = Session {
+            agent: AgentId::from(hello.agent_id.as_str()),
+            epoch: hello.agent_epoch,
+            index: self.index.clone(),
+            leadership: self.leadership.clone(),
+            leader_epoch: self.leader_epoch,
+            tx,
+        };
+        tracing::info!(agent = %hello.agent_id, node = %hello.node, epoch = hello.agent_epoch, "agent stream opened");
+        tokio::spawn(session.run(inbound));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// One agent stream, after its hello.
+struct Session<L> {
+    agent: AgentId,
+    epoch: u64,
+    index: IndexHandle,
+    leadership: L,
+    leader_epoch: u64,
+    tx: mpsc::Sender<Result<LeaderMessage, Status>>,
+}
+
+impl<L: Leadership> Session<L> {
+    async fn run(self, mut inbound: Streaming<AgentMessage>) {
+        let end = self.serve(&mut inbound).await;
+        match end {
+            Ok(()) => tracing::info!(agent = %self.agent, "agent stream closed"),
+            Err(End::Rejected(reason)) => {
+                tracing::warn!(agent = %self.agent, reason, "agent stream rejected")
+            }
+            Err(End::Status(status)) => {
+                tracing::info!(agent = %self.agent, %status, "agent stream ended");
+                let _ = self.tx.send(Err(status)).await;
+            }
+            Err(End::Gone) => {}
+        }
+    }
+
+    async fn serve(&self, inbound: &mut Streaming<AgentMessage>) -> Result<(), End> {
+        self.index
+            .hello(self.agent.clone(), self.epoch)
+            .await
+            .map_err(|_| End::Status(Status::unavailable("the leader is shutting down")))?;
+        self.ack(0).await?;
+        let mut decoder = Decoder::new();
+        let mut expected = 1u64;
+        while let Some(message) = inbound.message().await.map_err(End::Status)? {
+            if !self.leadership.is_leader() {
+                return Err(End::Status(standby()));
+            }
+            let batch = match message.message {
+                Some(agent_message::Message::Batch(batch)) => batch,
+                _ => {
+                    return self
+                        .reject(expected, "only batches may follow the Hello")
+                        .await;
+                }
+            };
+            if batch.sequence != expected {
+                let reason = format!(
+                    "batch {} out of sequence, expected {expected}",
+                    batch.sequence
+                );
+                return self.reject(batch.sequence, &reason).await;
+            }
+            let decoded = match decoder.decode(&batch) {
+                Ok(decoded) => decoded,
+                Err(error) => return self.reject(batch.sequence, &error.to_string()).await,
+            };
+            self.index
+                .apply(self.agent.clone(), self.epoch, decoded.edges)
+                .await
+                .map_err(|_| End::Status(Status::unavailable("the leader is shutting down")))?;
+            self.ack(batch.sequence).await?;
+            expected += 1;
+        }
+        Ok(())
+    }
+
+    async fn ack(&self, sequence: u64) -> Result<(), End> {
+        self.send(leader_message::Message::Ack(Ack {
+            sequence,
+            leader_epoch: self.leader_epoch,
+        }))
+        .await
+    }
+
+    async fn reject(&self, sequence: u64, reason: &str) -> Result<(), End> {
+        self.send(leader_message::Message::Reject(Reject {
+            sequence,
+            reason: reason.to_owned(),
+            leader_epoch: self.leader_epoch,
+        }))
+        .await?;
+        Err(End::Rejected(reason.to_owned()))
+    }
+
+    async fn send(&self, message: leader_message::Message) -> Result<(), End> {
+        self.tx
+            .send(Ok(LeaderMessage {
+                message: Some(message),
+            }))
+            .await
+            .map_err(|_| End::Gone)
+    }
+}
+
+/// Why a session ended early.
+enum End {
+    /// A Reject was sent.
+    Rejected(String),
+    /// The stream ends with this status.
+    Status(Status),
+    /// The agent is gone.
+    Gone,
+}

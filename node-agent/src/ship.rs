@@ -1,0 +1,274 @@
+//! Shipping the FlowTable to the leader (ARCHITECTURE §6): the agent's end of the
+//! `networkenforcer.ingest.v1.Ingest/Stream` protocol.
+//!
+//! One stream at a time, to the first address of `--leader-address` that accepts it (a
+//! standby answers `UNAVAILABLE`; the next address is tried). On every new stream the
+//! agent says `Hello` (node, agent id, process epoch), waits for the leader's first ack,
+//! sends its whole table as a snapshot, then every `--flush-interval` the entries that
+//! changed ([`FlowTable::drain_dirty`]), encoded by [`ne_shared::delta::Encoder`]. Counts
+//! and times are totals, so a batch delivered twice changes nothing at the leader.
+//!
+//! Nothing here blocks the source: the source only writes into the FlowTable. When more
+//! than `max_unacked` batches wait for an ack, the shipper stops draining and the table
+//! keeps aggregating (its dirty flags keep what changed). Batches in flight when a stream
+//! breaks are not re-sent: the next stream starts with a snapshot of the current totals,
+//! which covers them. Idle entries are expired only while every drained batch is acked,
+//! so the leader always holds an entry's last value before the agent forgets it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use ne_proto::ingest::ingest_client::IngestClient;
+use ne_proto::ingest::{AgentMessage, Batch, Hello, agent_message, leader_message};
+use ne_shared::delta::{Encoder, agent_message_len};
+use ne_shared::edge::Provider;
+use ne_shared::flow::Timestamp;
+use ne_shared::table::FlowTable;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Endpoint;
+
+use crate::metrics::AgentMetrics;
+use crate::sources::SourceState;
+use crate::sources::backoff::Backoff;
+
+/// Where and how to ship.
+#[derive(Clone, Debug)]
+pub struct ShipConfig {
+    /// Leader addresses (`host:port`), tried in turn.
+    pub addresses: Vec<String>,
+    /// This node's name.
+    pub node: String,
+    /// This agent's stable id (the node name, or the host name).
+    pub agent_id: String,
+    /// This process's epoch: larger than any earlier process of the same agent.
+    pub epoch: u64,
+    /// The provider whose rules the edges were learned by.
+    pub provider: Provider,
+    /// How often changed entries are sent.
+    pub flush_interval: Duration,
+    /// The largest message sent (tonic's default receive limit is 4 MiB).
+    pub max_message_bytes: usize,
+    /// Batches sent and not yet acknowledged before the shipper stops draining.
+    pub max_unacked: usize,
+    /// Entries neither updated for this long nor waiting for an ack are forgotten.
+    pub idle_expiry: Duration,
+    /// A ServiceAccount token sent as `authorization: Bearer …`, read at every connect.
+    pub token_file: Option<PathBuf>,
+}
+
+impl ShipConfig {
+    /// An epoch for this process: the start time in nanoseconds, so a restarted agent
+    /// always has a larger one.
+    pub fn process_epoch() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
+/// Ships `table` until `state` is shut down, reconnecting with capped backoff.
+pub async fn run(
+    config: ShipConfig,
+    table: Arc<FlowTable>,
+    metrics: Arc<AgentMetrics>,
+    state: SourceState,
+) {
+    let mut backoff = Backoff::for_streams();
+    let mut next = 0usize;
+    loop {
+        if state.stopping() || config.addresses.is_empty() {
+            return;
+        }
+        let address = &config.addresses[next % config.addresses.len()];
+        next += 1;
+        let result = tokio::select! {
+            r = stream(&config, address, &table, &metrics) => r,
+            () = state.stopped() => return,
+        };
+        metrics.leader_connected.set(0);
+        metrics.ship_unacked.set(0);
+        match result {
+            Ok(Delivered::Some) => backoff.reset(),
+            Ok(Delivered::Nothing) => {}
+            Err(error) => {
+                tracing::warn!(
+                    address,
+                    error = format!("{error:#}"),
+                    "leader stream failed"
+                );
+            }
+        }
+        metrics.leader_reconnects.inc();
+        // Try the other addresses at once; back off after a full round.
+        if next.is_multiple_of(config.addresses.len()) {
+            let delay = backoff.next_delay();
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = state.stopped() => return,
+            }
+        }
+    }
+}
+
+/// Whether a stream got as far as an accepted hello.
+enum Delivered {
+    Some,
+    Nothing,
+}
+
+/// One stream: hello, snapshot, deltas, until it breaks.
+async fn stream(
+    config: &ShipConfig,
+    address: &str,
+    table: &FlowTable,
+    metrics: &AgentMetrics,
+) -> anyhow::Result<Delivered> {
+    let channel = Endpoint::from_shared(format!("http://{address}"))
+        .with_context(|| format!("invalid leader address {address}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .with_context(|| format!("cannot connect to the leader at {address}"))?;
+    let mut client = IngestClient::new(channel)
+        .max_encoding_message_size(config.max_message_bytes.saturating_add(1024))
+        .max_decoding_message_size(1 << 20);
+    let (tx, rx) = mpsc::channel::<AgentMessage>(config.max_unacked.max(1) + 2);
+    let hello = Hello {
+        node: config.node.clone(),
+        agent_id: config.agent_id.clone(),
+        agent_epoch: config.epoch,
+        provider: config.provider.as_str().to_owned(),
+        capabilities: Vec::new(),
+    };
+    send(&tx, agent_message::Message::Hello(hello)).await?;
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    if let Some(path) = &config.token_file {
+        let token = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the token file {}", path.display()))?;
+        let value = format!("Bearer {}", token.trim())
+            .parse()
+            .context("the token is not a valid header value")?;
+        request.metadata_mut().insert("authorization", value);
+    }
+    let mut inbound = client
+        .stream(request)
+        .await
+        .with_context(|| format!("the leader at {address} refused the stream"))?
+        .into_inner();
+    match inbound.message().await.context("no answer to hello")? {
+        Some(m) => match m.message {
+            Some(leader_message::Message::Ack(_)) => {}
+            Some(leader_message::Message::Reject(r)) => {
+                anyhow::bail!("the leader rejected the hello: {}", r.reason)
+            }
+            None => anyhow::bail!("the leader answered the hello with an empty message"),
+        },
+        None => return Ok(Delivered::Nothing),
+    }
+    metrics.leader_connected.set(1);
+    tracing::info!(address, "shipping edges to the leader");
+
+    let mut encoder = Encoder::new();
+    let mut unacked = std::collections::VecDeque::<u64>::new();
+    let mut next_sequence = 1u64;
+    // Clear the dirty flags first: whatever changes after this shows up in a delta.
+    drop(table.drain_dirty());
+    let all = table.snapshot();
+    let batches = encoder.encode(next_sequence, true, &all, config.max_message_bytes);
+    metrics.ship_snapshots.inc();
+    ship(
+        &tx,
+        batches,
+        &mut next_sequence,
+        &mut unacked,
+        all.len(),
+        metrics,
+    )
+    .await?;
+
+    let mut ticker = tokio::time::interval(config.flush_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                if unacked.len() < config.max_unacked {
+                    let changed = table.drain_dirty();
+                    if !changed.is_empty() {
+                        let batches = encoder.encode(next_sequence, false, &changed, config.max_message_bytes);
+                        ship(&tx, batches, &mut next_sequence, &mut unacked, changed.len(), metrics).await?;
+                    }
+                }
+                if unacked.is_empty() {
+                    expire(table, config.idle_expiry);
+                }
+            }
+            message = inbound.message() => {
+                let Some(message) = message.context("the leader stream broke")? else {
+                    return Ok(Delivered::Some);
+                };
+                match message.message {
+                    Some(leader_message::Message::Ack(ack)) => {
+                        metrics.ship_acks.inc();
+                        while unacked.front().is_some_and(|&s| s <= ack.sequence) {
+                            unacked.pop_front();
+                        }
+                    }
+                    Some(leader_message::Message::Reject(r)) => {
+                        metrics.ship_rejects.inc();
+                        anyhow::bail!("the leader rejected batch {}: {}", r.sequence, r.reason);
+                    }
+                    None => {}
+                }
+            }
+        }
+        metrics
+            .ship_unacked
+            .set(i64::try_from(unacked.len()).unwrap_or(i64::MAX));
+    }
+}
+
+/// Sends encoded batches and remembers them until acked.
+async fn ship(
+    tx: &mpsc::Sender<AgentMessage>,
+    batches: Vec<Batch>,
+    next_sequence: &mut u64,
+    unacked: &mut std::collections::VecDeque<u64>,
+    edges: usize,
+    metrics: &AgentMetrics,
+) -> anyhow::Result<()> {
+    metrics.delta_edges_sent.inc_by(edges as u64);
+    for batch in batches {
+        *next_sequence = batch.sequence + 1;
+        unacked.push_back(batch.sequence);
+        metrics.deltas_sent.inc();
+        metrics
+            .delta_bytes_sent
+            .inc_by(agent_message_len(&batch) as u64);
+        send(tx, agent_message::Message::Batch(batch)).await?;
+    }
+    Ok(())
+}
+
+async fn send(
+    tx: &mpsc::Sender<AgentMessage>,
+    message: agent_message::Message,
+) -> anyhow::Result<()> {
+    tx.send(AgentMessage {
+        message: Some(message),
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("the stream to the leader closed"))
+}
+
+/// Forgets entries idle for `idle` (every drained batch is acked when this runs).
+fn expire(table: &FlowTable, idle: Duration) {
+    let now = crate::sink::now_nanos();
+    let cutoff = now.saturating_sub(i64::try_from(idle.as_nanos()).unwrap_or(i64::MAX));
+    let removed = table.expire_idle(Timestamp(cutoff));
+    if removed > 0 {
+        tracing::debug!(removed, "expired idle edges");
+    }
+}
