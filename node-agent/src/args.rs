@@ -94,10 +94,28 @@ pub struct Args {
     #[arg(long, env = "NE_FILE_FOLLOW")]
     pub follow: bool,
 
-    /// Leader address(es) `HOST:PORT[,HOST:PORT...]`, tried in turn (skips discovery). Not
-    /// used yet: shipping to the leader arrives with the delta pipeline.
+    /// Leader address(es) `HOST:PORT[,HOST:PORT...]`, tried in turn; a standby answers
+    /// UNAVAILABLE and the next one is tried. Without it the agent ships nothing (Lease
+    /// discovery is not built yet).
     #[arg(long, env = "NE_LEADER_ADDRESS", value_delimiter = ',')]
     pub leader_address: Vec<String>,
+    /// A ServiceAccount token file sent to the leader as a bearer token (read at every
+    /// connect), e.g. a projected token with audience `network-enforcer`.
+    #[arg(long, env = "NE_LEADER_TOKEN_FILE", value_name = "FILE")]
+    pub leader_token_file: Option<PathBuf>,
+    /// This agent's id at the leader (default: the node name, else the host name).
+    #[arg(long, env = "NE_AGENT_ID")]
+    pub agent_id: Option<String>,
+    /// Batches sent and not yet acknowledged before shipping pauses (the FlowTable keeps
+    /// aggregating meanwhile).
+    #[arg(long, env = "NE_MAX_UNACKED", default_value_t = 64)]
+    pub max_unacked: usize,
+    /// Largest batch message sent to the leader, in bytes.
+    #[arg(long, env = "NE_MAX_MESSAGE_BYTES", default_value_t = 1 << 20)]
+    pub max_message_bytes: usize,
+    /// Edges neither updated for this long nor waiting for an ack are forgotten.
+    #[arg(long, env = "NE_IDLE_EXPIRY", default_value = "1h", value_parser = parse_duration)]
+    pub idle_expiry: Duration,
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     #[arg(long, env = "NE_METRICS_ADDRESS", default_value = "0.0.0.0:9090")]
     pub metrics_address: SocketAddr,

@@ -75,6 +75,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .with_denials(denials.clone())
     };
     let source = spawn_source(&args, sink, state.clone())?;
+    let shipper = ship_config(&args).map(|config| {
+        tracing::info!(leaders = ?config.addresses, agent = %config.agent_id, "shipping edges to the leader");
+        tokio::spawn(ship::run(config, table.clone(), metrics.clone(), state.clone()))
+    });
+    if shipper.is_none() {
+        tracing::warn!("no --leader-address: edges are aggregated but not shipped");
+    }
     let mut ticker = tokio::time::interval(args.flush_interval);
     let stop = shutdown_signal();
     tokio::pin!(stop);
@@ -94,11 +101,48 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Err(error) => tracing::error!(%error, "source task failed"),
         Ok(Ok(())) => {}
     }
+    if let Some(shipper) = shipper {
+        let _ = shipper.await;
+    }
     server.abort();
     if let Some(otlp) = otlp {
         otlp.abort();
     }
     Ok(())
+}
+
+/// The shipper's settings, or `None` without a leader address.
+fn ship_config(args: &Args) -> Option<ship::ShipConfig> {
+    if args.leader_address.is_empty() {
+        return None;
+    }
+    let agent_id = args
+        .agent_id
+        .clone()
+        .or_else(|| args.node_name.clone())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| format!("agent-{}", std::process::id()));
+    Some(ship::ShipConfig {
+        addresses: args.leader_address.clone(),
+        node: args.node_name.clone().unwrap_or_default(),
+        agent_id,
+        epoch: ship::ShipConfig::process_epoch(),
+        provider: match args.source {
+            SourceKind::Hubble => Provider::Cilium,
+            SourceKind::Ztunnel => Provider::Istio,
+            SourceKind::Goldmane => Provider::Calico,
+            SourceKind::File => args
+                .file
+                .as_deref()
+                .and_then(|path| sources::file::format_of(path, &args.file_format).ok())
+                .map_or(Provider::Cilium, |format| format.provider()),
+        },
+        flush_interval: args.flush_interval,
+        max_message_bytes: args.max_message_bytes,
+        max_unacked: args.max_unacked.max(1),
+        idle_expiry: args.idle_expiry,
+        token_file: args.leader_token_file.clone(),
+    })
 }
 
 fn spawn_source(
