@@ -213,7 +213,7 @@ pub enum LogFormat {
     Json,
 }
 
-/// Parses `250ms`, `1s`, `2m` or a bare number of seconds.
+/// Parses `250ms`, `1s`, `2m`, `1h` or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (number, unit) = s
@@ -226,7 +226,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "ms" => value / 1000.0,
         "s" => value,
         "m" => value * 60.0,
-        _ => return Err(format!("invalid duration unit in {s:?} (ms, s or m)")),
+        "h" => value * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (ms, s, m or h)")),
     };
     Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
 }
@@ -242,7 +243,8 @@ mod tests {
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("5h").is_err());
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("5d").is_err());
         assert!(parse_duration("-1s").is_err());
     }
 
