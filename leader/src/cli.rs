@@ -21,6 +21,53 @@ pub enum Command {
     Learn(LearnArgs),
     /// Evaluate captured flows against policies and print the would-be violations.
     Check(CheckArgs),
+    /// Serve the agents' ingest stream, merge their edges, and write proposals.
+    Run(RunArgs),
+}
+
+/// The data plane whose rules the leader learns by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProviderArg {
+    Cilium,
+    Calico,
+    Istio,
+}
+
+/// Arguments of `run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The data plane whose rules edges are learned by.
+    #[arg(long, value_enum, env = "NE_PROVIDER")]
+    pub provider: ProviderArg,
+    /// Where agents stream their edges to.
+    #[arg(long, env = "NE_INGEST_ADDRESS", default_value = "0.0.0.0:9443")]
+    pub ingest_address: std::net::SocketAddr,
+    /// Accept agent streams without authentication. Development only: agent
+    /// authentication (TokenReview) is not built yet, so this is required for now.
+    #[arg(long, env = "NE_INSECURE_INGEST")]
+    pub insecure_ingest: bool,
+    /// Lead without a Lease: one replica, development only. Lease election is not built
+    /// yet, so this is required for now.
+    #[arg(long, env = "NE_STANDALONE")]
+    pub standalone: bool,
+    /// How often proposals are rebuilt from the merged edges.
+    #[arg(long, env = "NE_FLUSH_INTERVAL", default_value = "1s", value_parser = ne_shared::time::parse_duration)]
+    pub flush_interval: std::time::Duration,
+    /// Most distinct edges the merged index holds; new edges beyond it are dropped and counted.
+    #[arg(long, env = "NE_MAX_EDGES", default_value_t = 1_000_000)]
+    pub max_edges: usize,
+    /// Namespaces whose workloads get no proposals (they still appear as peers).
+    #[arg(
+        long,
+        env = "NE_EXCLUDE_NAMESPACES",
+        value_delimiter = ',',
+        default_value = "kube-system"
+    )]
+    pub exclude_namespaces: Vec<String>,
+    /// Write the proposals, whenever they change, to this directory (one file each) or `-`
+    /// (stdout). Until the cluster integration lands, this is where they go.
+    #[arg(long, env = "NE_OUTPUT")]
+    pub output: Option<String>,
 }
 
 /// Input format of a flow file.

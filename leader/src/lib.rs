@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod ingest;
+pub mod live;
 pub mod offline;
 
 use std::process::ExitCode;
@@ -19,6 +20,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let result = match &cli.command {
         Command::Learn(args) => offline::learn::run(args).map(|()| false),
         Command::Check(args) => offline::check::run(args),
+        Command::Run(args) => live::main(args).map(|()| false),
     };
     match result {
         Ok(false) => ExitCode::SUCCESS,

@@ -241,6 +241,25 @@ pub fn format_rfc3339_nanos(t: Timestamp) -> String {
     out
 }
 
+/// Parses `250ms`, `1s`, `2m`, `1h` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let (number, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, "s"), |i| s.split_at(i));
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (e.g. 250ms, 1s, 2m)"))?;
+    let secs = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (ms, s, m or h)")),
+    };
+    std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

@@ -201,3 +201,76 @@ async fn an_agent_restart_adds_the_new_process_counts_to_the_old_ones() {
     task.await.unwrap();
     l.server.abort();
 }
+
+/// The whole live pipeline on the bundled captures that name their workloads (ztunnel
+/// records name pods: they need a cluster snapshot, which the live leader does not read
+/// yet): the agent's file source replays a capture into its FlowTable, the shipper streams it to the leader, and the proposals
+/// the leader renders from its merged index are exactly those of offline `learn` on the
+/// same file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_pipeline_proposes_what_offline_learn_proposes() {
+    use ne_leader::cli::{InputArgs, InputFormat, LearnArgs, SummaryFormat};
+    use ne_node_agent::sink::FlowSink;
+    use ne_node_agent::sources::file::{self, FileSource};
+    use ne_shared::allowlist::LearnOptions;
+
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/flows");
+    for name in ["hubble.jsonl", "goldmane.jsonl"] {
+        let path = std::path::PathBuf::from(examples).join(name);
+        let format = file::format_of(&path, "auto").unwrap();
+        let provider = format.provider();
+
+        let table = Arc::new(FlowTable::new(1 << 12));
+        let sink = FlowSink::new(
+            table.clone(),
+            Arc::new(AgentMetrics::default()),
+            provider,
+            "file",
+        );
+        let source = FileSource {
+            path: &path,
+            format,
+            follow: false,
+            poll: Duration::from_millis(10),
+        };
+        file::run(&source, &sink, &SourceState::default()).unwrap();
+        let mut want = Model::new();
+        for s in table.snapshot() {
+            want.insert(s.key(), (s.count, s.first_seen.0, s.last_seen.0));
+        }
+
+        let l = leader(true, 1).await;
+        let (state, _, task) = start_agent(
+            ShipConfig {
+                provider,
+                ..config(&[l.address], 1)
+            },
+            table,
+        );
+        converges(&l.index, &want, name).await;
+        state.shut_down();
+        task.await.unwrap();
+        l.server.abort();
+
+        let options = LearnOptions {
+            exclude_namespaces: ["kube-system".to_owned()].into(),
+        };
+        let live =
+            ne_leader::live::render(&l.index.read().await.unwrap(), provider, &options).unwrap();
+        let offline = ne_leader::offline::learn::learn(&LearnArgs {
+            input: InputArgs {
+                input: vec![path.clone()],
+                cluster: None,
+                format: InputFormat::Auto,
+                strict: false,
+            },
+            output: "-".to_owned(),
+            exclude_namespaces: vec!["kube-system".to_owned()],
+            summary: SummaryFormat::Table,
+        })
+        .unwrap()
+        .proposals;
+        assert!(!offline.is_empty(), "{name}: nothing learned");
+        assert_eq!(live, offline, "{name}");
+    }
+}

@@ -217,3 +217,11 @@ enum End {
     /// The agent is gone.
     Gone,
 }
+
+/// A leader epoch for this process: its start time in nanoseconds, larger at every new
+/// leader.
+pub fn leader_epoch() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}

@@ -7,6 +7,8 @@ use std::path::Path;
 use anyhow::Context;
 use ne_crds::WorkloadNetworkPolicyProposal;
 use ne_shared::allowlist::{self, AggregatedEdge, LearnOptions, LearnSummary, Proposal};
+use ne_shared::edge::Provider;
+use ne_shared::resolve::Resolver;
 use serde::Serialize;
 
 use super::report::{self, Table};
@@ -40,7 +42,7 @@ pub fn learn(args: &LearnArgs) -> anyhow::Result<LearnReport> {
     let options = LearnOptions {
         exclude_namespaces: args.exclude_namespaces.iter().cloned().collect(),
     };
-    let learned = allowlist::learn(
+    let (summary, proposals) = proposals(
         edges.iter().map(|s| AggregatedEdge {
             edge: &s.edge,
             count: s.count,
@@ -50,7 +52,26 @@ pub fn learn(args: &LearnArgs) -> anyhow::Result<LearnReport> {
         resolver.as_ref(),
         provider,
         &options,
-    );
+    )?;
+    Ok(LearnReport {
+        provider: provider.as_str(),
+        files,
+        flows_without_edge: edge_skips.iter().map(|(k, v)| (k.as_str(), *v)).collect(),
+        table_drops,
+        summary,
+        proposals,
+    })
+}
+
+/// Learns the allow-lists of `edges` and renders them as proposals (with status): what
+/// offline `learn` and the live leader write.
+pub fn proposals<'a>(
+    edges: impl IntoIterator<Item = AggregatedEdge<'a>>,
+    resolver: &dyn Resolver,
+    provider: Provider,
+    options: &LearnOptions,
+) -> anyhow::Result<(LearnSummary, Vec<WorkloadNetworkPolicyProposal>)> {
+    let learned = allowlist::learn(edges, resolver, provider, options);
     let proposals = learned
         .allow_lists
         .iter()
@@ -65,14 +86,7 @@ pub fn learn(args: &LearnArgs) -> anyhow::Result<LearnReport> {
                 })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok(LearnReport {
-        provider: provider.as_str(),
-        files,
-        flows_without_edge: edge_skips.iter().map(|(k, v)| (k.as_str(), *v)).collect(),
-        table_drops,
-        summary: learned.summary,
-        proposals,
-    })
+    Ok((learned.summary, proposals))
 }
 
 /// Runs `learn` and writes its output: proposals to `--output`, the summary to stderr.
@@ -99,7 +113,8 @@ pub fn to_yaml_stream(proposals: &[WorkloadNetworkPolicyProposal]) -> anyhow::Re
     Ok(out)
 }
 
-fn write_proposals(
+/// Writes proposals to `output`: a directory (one file each) or `-` (stdout).
+pub fn write_proposals(
     proposals: &[WorkloadNetworkPolicyProposal],
     output: &str,
 ) -> anyhow::Result<()> {
