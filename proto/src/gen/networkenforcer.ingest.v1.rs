@@ -50,8 +50,9 @@ pub struct Batch {
     /// anywhere, 0 excluded: 0 in an `Ack` means "nothing applied yet").
     #[prost(uint64, tag = "1")]
     pub sequence: u64,
-    /// Part of the full snapshot the stream starts with. Every row of the agent's table at
-    /// snapshot time is in exactly one snapshot batch.
+    /// Part of the full snapshot the stream starts with. Every entry of the agent's table at
+    /// snapshot time is in exactly one snapshot batch (except an entry too large for one
+    /// message on its own, which the agent leaves out and counts).
     #[prost(bool, tag = "2")]
     pub snapshot: bool,
     /// Last batch of the snapshot (it also has `snapshot` set, and may have no rows): the
