@@ -12,8 +12,11 @@
 //! than `max_unacked` batches wait for an ack, the shipper stops draining and the table
 //! keeps aggregating (its dirty flags keep what changed). Batches in flight when a stream
 //! breaks are not re-sent: the next stream starts with a snapshot of the current totals,
-//! which covers them. Idle entries are expired only while every drained batch is acked,
-//! so the leader always holds an entry's last value before the agent forgets it.
+//! which covers them. Idle entries (not seen for `idle_expiry` before the latest flow
+//! time shipped) are expired only while every drained batch is acked, so the leader holds
+//! an entry's last value before the agent forgets it. A leader elected later gets only
+//! what agents still hold: the expiry bounds agent memory at that price, until the leader
+//! reloads its proposals from the cluster.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -177,6 +180,10 @@ async fn stream(
     // Clear the dirty flags first: whatever changes after this shows up in a delta.
     drop(table.drain_dirty());
     let all = table.snapshot();
+    // Idleness is measured on the flows' own clock (the latest flow time shipped), not the
+    // wall clock: a replayed capture, or a data plane whose clock is off, does not make
+    // every entry look idle at once.
+    let mut flow_clock = all.iter().map(|s| s.last_seen.0).max().unwrap_or(i64::MIN);
     let batches = encoder.encode(next_sequence, true, &all, config.max_message_bytes);
     metrics.ship_snapshots.inc();
     ship(
@@ -196,13 +203,16 @@ async fn stream(
             _ = ticker.tick() => {
                 if unacked.len() < config.max_unacked {
                     let changed = table.drain_dirty();
+                    if let Some(latest) = changed.iter().map(|s| s.last_seen.0).max() {
+                        flow_clock = flow_clock.max(latest);
+                    }
                     if !changed.is_empty() {
                         let batches = encoder.encode(next_sequence, false, &changed, config.max_message_bytes);
                         ship(&tx, batches, &mut next_sequence, &mut unacked, changed.len(), metrics).await?;
                     }
                 }
                 if unacked.is_empty() {
-                    expire(table, config.idle_expiry);
+                    expire(table, flow_clock, config.idle_expiry);
                 }
             }
             message = inbound.message() => {
@@ -263,10 +273,10 @@ async fn send(
     .map_err(|_| anyhow::anyhow!("the stream to the leader closed"))
 }
 
-/// Forgets entries idle for `idle` (every drained batch is acked when this runs).
-fn expire(table: &FlowTable, idle: Duration) {
-    let now = crate::sink::now_nanos();
-    let cutoff = now.saturating_sub(i64::try_from(idle.as_nanos()).unwrap_or(i64::MAX));
+/// Forgets entries not seen for `idle` before `flow_clock`, the latest flow time shipped
+/// (every drained batch is acked when this runs).
+fn expire(table: &FlowTable, flow_clock: i64, idle: Duration) {
+    let cutoff = flow_clock.saturating_sub(i64::try_from(idle.as_nanos()).unwrap_or(i64::MAX));
     let removed = table.expire_idle(Timestamp(cutoff));
     if removed > 0 {
         tracing::debug!(removed, "expired idle edges");

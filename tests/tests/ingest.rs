@@ -274,3 +274,36 @@ async fn the_live_pipeline_proposes_what_offline_learn_proposes() {
         assert_eq!(live, offline, "{name}");
     }
 }
+
+/// An entry not seen for `idle_expiry` before the latest flow shipped is forgotten by the
+/// agent once the leader has acked it, and the leader keeps it; the recent one stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acked_idle_entries_expire_at_the_agent_only() {
+    let l = leader(true, 1).await;
+    let table = Arc::new(FlowTable::new(1 << 12));
+    let mut model = Model::new();
+    let (old, recent) = (edge(1, 1, 80), edge(2, 2, 80));
+    record(&table, &mut model, &old, 1_000, 1);
+    record(&table, &mut model, &recent, 10_000_000_000, 1);
+    let (state, _, task) = start_agent(
+        ShipConfig {
+            idle_expiry: Duration::from_secs(1),
+            ..config(&[l.address], 1)
+        },
+        table.clone(),
+    );
+    converges(&l.index, &model, "both edges").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while table.len() != 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the old entry never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(table.snapshot()[0].key(), EdgeKey::of(&recent));
+    assert_eq!(index_of(&l.index).await, model);
+    state.shut_down();
+    task.await.unwrap();
+    l.server.abort();
+}
