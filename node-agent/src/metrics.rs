@@ -114,6 +114,8 @@ pub struct AgentMetrics {
     pub ship_acks: Counter,
     /// Batches the leader rejected (the stream then starts over).
     pub ship_rejects: Counter,
+    /// Entries not shipped because one alone exceeds the message or table limits.
+    pub ship_oversized: Counter,
     /// Batches sent and not yet acked.
     pub ship_unacked: Gauge,
     /// 1 while a stream to the leader is up.

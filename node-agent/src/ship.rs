@@ -185,6 +185,7 @@ async fn stream(
     // every entry look idle at once.
     let mut flow_clock = all.iter().map(|s| s.last_seen.0).max().unwrap_or(i64::MIN);
     let batches = encoder.encode(next_sequence, true, &all, config.max_message_bytes);
+    let mut oversized = count_oversized(&encoder, 0, metrics);
     metrics.ship_snapshots.inc();
     ship(
         &tx,
@@ -208,6 +209,7 @@ async fn stream(
                     }
                     if !changed.is_empty() {
                         let batches = encoder.encode(next_sequence, false, &changed, config.max_message_bytes);
+                        oversized = count_oversized(&encoder, oversized, metrics);
                         ship(&tx, batches, &mut next_sequence, &mut unacked, changed.len(), metrics).await?;
                     }
                 }
@@ -238,6 +240,20 @@ async fn stream(
             .ship_unacked
             .set(i64::try_from(unacked.len()).unwrap_or(i64::MAX));
     }
+}
+
+/// Counts the entries the encoder skipped since `before` (its running total), and logs
+/// them: an entry too large for one message is never shipped. Returns the new total.
+fn count_oversized(encoder: &Encoder, before: u64, metrics: &AgentMetrics) -> u64 {
+    let now = encoder.oversized();
+    if now > before {
+        metrics.ship_oversized.inc_by(now - before);
+        tracing::warn!(
+            skipped = now - before,
+            "edges too large for one message were not shipped (raise --max-message-bytes)"
+        );
+    }
+    now
 }
 
 /// Sends encoded batches and remembers them until acked.

@@ -307,3 +307,24 @@ async fn acked_idle_entries_expire_at_the_agent_only() {
     task.await.unwrap();
     l.server.abort();
 }
+
+/// An entry too large for one message even alone is not shipped, and is counted; the
+/// others still reach the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_too_large_for_a_message_is_counted_not_lost_silently() {
+    let l = leader(true, 1).await;
+    let table = Arc::new(FlowTable::new(1 << 12));
+    let mut model = Model::new();
+    record(&table, &mut model, &edge(1, 1, 80), 1_000, 1);
+    let mut huge = edge(2, 2, 80);
+    huge.peer = huge.peer.with_labels(ne_shared::flow::labels(
+        (0..200).map(|i| (format!("label-{i}"), "x".repeat(40))),
+    ));
+    table.record(&huge, Timestamp(1_000), 1);
+    let (state, metrics, task) = start_agent(config(&[l.address], 1), table);
+    converges(&l.index, &model, "the small edge only").await;
+    assert_eq!(metrics.ship_oversized.get(), 1);
+    state.shut_down();
+    task.await.unwrap();
+    l.server.abort();
+}
