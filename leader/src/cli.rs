@@ -42,6 +42,9 @@ pub struct RunArgs {
     /// Where agents stream their edges to.
     #[arg(long, env = "NE_INGEST_ADDRESS", default_value = "0.0.0.0:9443")]
     pub ingest_address: std::net::SocketAddr,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    #[arg(long, env = "NE_METRICS_ADDRESS", default_value = "0.0.0.0:9090")]
+    pub metrics_address: std::net::SocketAddr,
     /// Accept agent streams without authentication. Development only: agent
     /// authentication (TokenReview) is not built yet, so this is required for now.
     #[arg(long, env = "NE_INSECURE_INGEST")]

@@ -16,10 +16,11 @@ use ne_shared::allowlist::{AggregatedEdge, LearnOptions};
 use ne_shared::edge::Provider;
 use ne_shared::index::MergedEdge;
 use ne_shared::resolve::RecordOnly;
+use ne_shared::telemetry::http;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::cli::{ProviderArg, RunArgs};
-use crate::ingest::{IndexHandle, IngestServer, IngestService};
+use crate::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics};
 use crate::offline::learn::{proposals, to_yaml_stream, write_proposals};
 
 impl From<ProviderArg> for Provider {
@@ -61,9 +62,30 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
     let address = listener.local_addr()?;
     tracing::warn!("--insecure-ingest: agent streams are NOT authenticated (development only)");
     tracing::warn!("--standalone: leading without a Lease (one replica, development only)");
+    let metrics = Arc::new(LeaderMetrics::default());
+    let metrics_listener = tokio::net::TcpListener::bind(args.metrics_address)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on --metrics-address {}",
+                args.metrics_address
+            )
+        })?;
+    tracing::info!(address = %metrics_listener.local_addr()?, "metrics listening");
+    let endpoints = http::Endpoints {
+        metrics: metrics.clone(),
+        ready: Arc::new(AtomicBool::new(true)),
+        not_ready: "not leading",
+    };
+    let metrics_server = tokio::spawn(http::serve(metrics_listener, endpoints));
     let (index, _owner) = IndexHandle::spawn(args.max_edges);
     let epoch = crate::ingest::leader_epoch();
-    let service = IngestService::new(index.clone(), Arc::new(AtomicBool::new(true)), epoch);
+    let service = IngestService::new(
+        index.clone(),
+        Arc::new(AtomicBool::new(true)),
+        epoch,
+        metrics.clone(),
+    );
     let server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(IngestServer::new(service))
@@ -84,6 +106,9 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
             () = &mut stop => break,
         }
         let merged = index.read().await?;
+        metrics
+            .edges
+            .set(i64::try_from(merged.len()).unwrap_or(i64::MAX));
         let proposals = render(&merged, provider, &options)?;
         let yaml = to_yaml_stream(&proposals)?;
         if yaml != written {
@@ -100,6 +125,7 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
     }
     tracing::info!("shutting down");
     server.abort();
+    metrics_server.abort();
     Ok(())
 }
 

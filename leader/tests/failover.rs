@@ -57,6 +57,7 @@ impl Leader {
                 "--insecure-ingest",
             ])
             .args(["--ingest-address", &address, "--flush-interval", "50ms"])
+            .args(["--metrics-address", "127.0.0.1:0"])
             .arg("--output")
             .arg(&output)
             .stdout(Stdio::null())

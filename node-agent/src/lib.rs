@@ -7,7 +7,6 @@
 //! [`http`]. All task wiring is in [`run`].
 
 pub mod args;
-pub mod http;
 pub mod metrics;
 pub mod otlp;
 pub mod ship;
@@ -20,6 +19,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use ne_shared::edge::Provider;
 use ne_shared::table::FlowTable;
+use ne_shared::telemetry::http;
 
 use args::{Args, LogFormat, SourceKind};
 use metrics::AgentMetrics;
@@ -57,6 +57,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let endpoints = http::Endpoints {
         metrics: metrics.clone(),
         ready: state.ready_flag(),
+        not_ready: "source not connected",
     };
     let server = tokio::spawn(http::serve(listener, endpoints));
 

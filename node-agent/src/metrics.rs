@@ -256,6 +256,12 @@ impl AgentMetrics {
 
     /// Renders every instrument in the Prometheus text format.
     pub fn encode(&self) -> String {
+        ne_shared::telemetry::http::Exposition::encode(self)
+    }
+}
+
+impl ne_shared::telemetry::http::Exposition for AgentMetrics {
+    fn encode(&self) -> String {
         let mut registry = Registry::default();
         self.register(&mut registry);
         let mut out = String::new();

@@ -10,6 +10,7 @@
 //!
 //! Nothing here does IO beyond reading what it is handed: no kube client, no gRPC (the
 //! ingest API's message types come from `ne-proto`; the streams live in the binaries).
+//! The one exception is [`telemetry`], the metrics endpoints both binaries serve.
 
 pub mod allowlist;
 pub mod decode;
@@ -20,4 +21,5 @@ pub mod flow;
 pub mod index;
 pub mod resolve;
 pub mod table;
+pub mod telemetry;
 pub mod time;

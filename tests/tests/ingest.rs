@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ne_leader::ingest::{IndexHandle, IngestServer, IngestService};
+use ne_leader::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics};
 use ne_node_agent::metrics::AgentMetrics;
 use ne_node_agent::ship::{self, ShipConfig};
 use ne_node_agent::sources::SourceState;
@@ -26,6 +26,7 @@ struct Leader {
     address: SocketAddr,
     index: IndexHandle,
     leading: Arc<AtomicBool>,
+    metrics: Arc<LeaderMetrics>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -34,7 +35,13 @@ async fn leader(leading: bool, epoch: u64) -> Leader {
     let leading = Arc::new(AtomicBool::new(leading));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let service = IngestServer::new(IngestService::new(index.clone(), leading.clone(), epoch));
+    let metrics = Arc::new(LeaderMetrics::default());
+    let service = IngestServer::new(IngestService::new(
+        index.clone(),
+        leading.clone(),
+        epoch,
+        metrics.clone(),
+    ));
     let server = tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
             .add_service(service)
@@ -45,6 +52,7 @@ async fn leader(leading: bool, epoch: u64) -> Leader {
         address,
         index,
         leading,
+        metrics,
         server,
     }
 }
@@ -172,6 +180,25 @@ async fn a_failover_loses_nothing_and_counts_nothing_twice() {
     assert!(
         metrics.ship_snapshots.get() >= 2,
         "a new stream starts with a snapshot"
+    );
+    // At B every hello and every batch was acked, none rejected, and the ingest lag was
+    // observed once per batch that carried entries.
+    let m = &b.metrics;
+    assert!(m.batches_received.get() > 0 && m.batch_bytes_received.get() > 0);
+    assert_eq!(m.streams_opened.get(), 1);
+    assert_eq!(
+        m.acks_sent.get(),
+        m.batches_received.get() + m.streams_opened.get()
+    );
+    assert_eq!(m.rejects_sent.get(), 0);
+    let text = ne_shared::telemetry::http::Exposition::encode(&**m);
+    let lag_count = text
+        .lines()
+        .find_map(|l| l.strip_prefix("network_enforcer_leader_ingest_lag_seconds_count "))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert!(
+        lag_count.is_some_and(|n| n > 0 && n <= m.batches_received.get()),
+        "{text}"
     );
     state.shut_down();
     task.await.unwrap();

@@ -11,6 +11,7 @@
 //! sequence, a batch the decoder rejects) gets a `Reject` naming the batch and the reason,
 //! and the stream ends; the agent starts over with a snapshot.
 
+mod metrics;
 mod owner;
 
 use std::pin::Pin;
@@ -25,6 +26,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+pub use metrics::LeaderMetrics;
 pub use ne_proto::ingest::ingest_server::IngestServer;
 pub use owner::{IndexClosed, IndexHandle};
 
@@ -53,17 +55,33 @@ pub struct IngestService<L> {
     index: IndexHandle,
     leadership: L,
     leader_epoch: u64,
+    metrics: Arc<LeaderMetrics>,
 }
 
 impl<L: Leadership> IngestService<L> {
     /// Streams are applied to `index` while `leadership` says this replica leads;
-    /// `leader_epoch` (larger at every new leader) is sent in every ack.
-    pub fn new(index: IndexHandle, leadership: L, leader_epoch: u64) -> Self {
+    /// `leader_epoch` (larger at every new leader) is sent in every ack; `metrics` counts
+    /// what the streams do.
+    pub fn new(
+        index: IndexHandle,
+        leadership: L,
+        leader_epoch: u64,
+        metrics: Arc<LeaderMetrics>,
+    ) -> Self {
         IngestService {
             index,
             leadership,
             leader_epoch,
+            metrics,
         }
+    }
+
+    fn refuse(&self, reason: &'static str, status: Status) -> Status {
+        self.metrics
+            .streams_refused
+            .get_or_create(&metrics::RefusedLabel { reason })
+            .inc();
+        status
     }
 }
 
@@ -82,7 +100,7 @@ impl<L: Leadership + Clone> Ingest for IngestService<L> {
         request: Request<Streaming<AgentMessage>>,
     ) -> Result<Response<Self::StreamStream>, Status> {
         if !self.leadership.is_leader() {
-            return Err(standby());
+            return Err(self.refuse("standby", standby()));
         }
         let mut inbound = request.into_inner();
         let hello = match inbound.message().await? {
@@ -90,14 +108,15 @@ impl<L: Leadership + Clone> Ingest for IngestService<L> {
                 message: Some(agent_message::Message::Hello(hello)),
             }) => hello,
             _ => {
-                return Err(Status::invalid_argument(
-                    "the first message must be a Hello",
-                ));
+                let status = Status::invalid_argument("the first message must be a Hello");
+                return Err(self.refuse("bad_hello", status));
             }
         };
         if hello.agent_id.is_empty() {
-            return Err(Status::invalid_argument("Hello.agent_id is empty"));
+            let status = Status::invalid_argument("Hello.agent_id is empty");
+            return Err(self.refuse("bad_hello", status));
         }
+        self.metrics.streams_opened.inc();
         let (tx, rx) = mpsc::channel(16);
         let session = Session {
             agent: AgentId::from(hello.agent_id.as_str()),
@@ -105,6 +124,7 @@ impl<L: Leadership + Clone> Ingest for IngestService<L> {
             index: self.index.clone(),
             leadership: self.leadership.clone(),
             leader_epoch: self.leader_epoch,
+            metrics: self.metrics.clone(),
             tx,
         };
         tracing::info!(agent = %hello.agent_id, node = %hello.node, epoch = hello.agent_epoch, "agent stream opened");
@@ -120,12 +140,15 @@ struct Session<L> {
     index: IndexHandle,
     leadership: L,
     leader_epoch: u64,
+    metrics: Arc<LeaderMetrics>,
     tx: mpsc::Sender<Result<LeaderMessage, Status>>,
 }
 
 impl<L: Leadership> Session<L> {
     async fn run(self, mut inbound: Streaming<AgentMessage>) {
+        self.metrics.streams_active.inc();
         let end = self.serve(&mut inbound).await;
+        self.metrics.streams_active.dec();
         match end {
             Ok(()) => tracing::info!(agent = %self.agent, "agent stream closed"),
             Err(End::Rejected(reason)) => {
@@ -159,6 +182,10 @@ impl<L: Leadership> Session<L> {
                         .await;
                 }
             };
+            self.metrics.batches_received.inc();
+            self.metrics
+                .batch_bytes_received
+                .inc_by(ne_shared::delta::agent_message_len(&batch) as u64);
             if batch.sequence != expected {
                 let reason = format!(
                     "batch {} out of sequence, expected {expected}",
@@ -170,6 +197,15 @@ impl<L: Leadership> Session<L> {
                 Ok(decoded) => decoded,
                 Err(error) => return self.reject(batch.sequence, &error.to_string()).await,
             };
+            self.metrics
+                .edges_received
+                .inc_by(decoded.edges.len() as u64);
+            if let Some(newest) = decoded.edges.iter().map(|e| e.last_seen.0).max() {
+                let now = i64::try_from(leader_epoch()).unwrap_or(i64::MAX);
+                self.metrics
+                    .ingest_lag
+                    .observe(now.saturating_sub(newest).max(0) as f64 / 1e9);
+            }
             self.index
                 .apply(self.agent.clone(), self.epoch, decoded.edges)
                 .await
@@ -181,6 +217,7 @@ impl<L: Leadership> Session<L> {
     }
 
     async fn ack(&self, sequence: u64) -> Result<(), End> {
+        self.metrics.acks_sent.inc();
         self.send(leader_message::Message::Ack(Ack {
             sequence,
             leader_epoch: self.leader_epoch,
@@ -189,6 +226,7 @@ impl<L: Leadership> Session<L> {
     }
 
     async fn reject(&self, sequence: u64, reason: &str) -> Result<(), End> {
+        self.metrics.rejects_sent.inc();
         self.send(leader_message::Message::Reject(Reject {
             sequence,
             reason: reason.to_owned(),
@@ -218,8 +256,8 @@ enum End {
     Gone,
 }
 
-/// A leader epoch for this process: its start time in nanoseconds, larger at every new
-/// leader.
+/// A leader epoch for this process: its start time in nanoseconds (so larger at every new
+/// leader); also the leader's clock for the ingest lag.
 pub fn leader_epoch() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

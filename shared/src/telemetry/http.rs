@@ -1,5 +1,5 @@
-//! The agent's HTTP endpoints: `/metrics` (Prometheus text), `/healthz` (the process
-//! serves), `/readyz` (the source is connected).
+//! The HTTP endpoints of both binaries: `/metrics` (Prometheus text), `/healthz` (the
+//! process serves), `/readyz` (the agent's source is connected; the leader serves).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -15,14 +15,28 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::metrics::AgentMetrics;
+/// Metrics that render themselves in the Prometheus text format.
+pub trait Exposition: Send + Sync + 'static {
+    /// The current values, as Prometheus text.
+    fn encode(&self) -> String;
+}
 
 /// What the endpoints read.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Endpoints {
-    pub metrics: Arc<AgentMetrics>,
-    /// Set while the source is connected (or the file is being read).
+    pub metrics: Arc<dyn Exposition>,
+    /// Set while the process is ready (the agent: its source is connected).
     pub ready: Arc<AtomicBool>,
+    /// What `/readyz` says while not ready.
+    pub not_ready: &'static str,
+}
+
+impl std::fmt::Debug for Endpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoints")
+            .field("ready", &self.ready)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Serves the endpoints on `listener` until the task is dropped.
@@ -70,7 +84,7 @@ fn respond(req: &Request<Incoming>, endpoints: &Endpoints) -> Response<Full<Byte
         (&Method::GET, "/readyz") => (
             StatusCode::SERVICE_UNAVAILABLE,
             "text/plain",
-            "source not connected\n".to_owned(),
+            format!("{}\n", endpoints.not_ready),
         ),
         _ => (
             StatusCode::NOT_FOUND,

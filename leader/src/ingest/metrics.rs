@@ -1,0 +1,118 @@
+//! The ingest side's instruments (ARCHITECTURE §5 names, prefix `network_enforcer_`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+/// Label set `{reason}` of refused streams.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabel {
+    pub reason: &'static str,
+}
+
+/// Every instrument of the leader.
+#[derive(Debug)]
+pub struct LeaderMetrics {
+    pub streams_opened: Counter,
+    pub streams_refused: Family<RefusedLabel, Counter>,
+    pub streams_active: Gauge,
+    pub batches_received: Counter,
+    pub batch_bytes_received: Counter,
+    pub edges_received: Counter,
+    pub acks_sent: Counter,
+    pub rejects_sent: Counter,
+    /// Seconds from the newest flow of a batch to the batch's arrival.
+    pub ingest_lag: Histogram,
+    /// Distinct edges in the merged index.
+    pub edges: Gauge,
+}
+
+impl Default for LeaderMetrics {
+    fn default() -> Self {
+        LeaderMetrics {
+            streams_opened: Counter::default(),
+            streams_refused: Family::default(),
+            streams_active: Gauge::default(),
+            batches_received: Counter::default(),
+            batch_bytes_received: Counter::default(),
+            edges_received: Counter::default(),
+            acks_sent: Counter::default(),
+            rejects_sent: Counter::default(),
+            // 10 ms to about 3 h.
+            ingest_lag: Histogram::new(exponential_buckets(0.01, 4.0, 10)),
+            edges: Gauge::default(),
+        }
+    }
+}
+
+impl LeaderMetrics {
+    /// Registers every instrument under the `network_enforcer` prefix.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("network_enforcer");
+        for (name, help, counter) in [
+            (
+                "leader_streams_opened",
+                "Agent streams accepted",
+                &self.streams_opened,
+            ),
+            (
+                "leader_batches_received",
+                "Batches received from agents",
+                &self.batches_received,
+            ),
+            (
+                "leader_batch_bytes_received",
+                "Bytes of the batches received",
+                &self.batch_bytes_received,
+            ),
+            (
+                "leader_edges_received",
+                "Entries received, snapshots included",
+                &self.edges_received,
+            ),
+            ("leader_acks_sent", "Acks sent to agents", &self.acks_sent),
+            (
+                "leader_rejects_sent",
+                "Batches rejected (the stream then ends)",
+                &self.rejects_sent,
+            ),
+        ] {
+            r.register(name, help, counter.clone());
+        }
+        r.register(
+            "leader_streams_refused",
+            "Agent streams refused, by reason (standby, bad_hello)",
+            self.streams_refused.clone(),
+        );
+        r.register(
+            "leader_streams_active",
+            "Agent streams open",
+            self.streams_active.clone(),
+        );
+        r.register_with_unit(
+            "leader_ingest_lag",
+            "Time from the newest flow of a batch to the batch's arrival at the leader",
+            Unit::Seconds,
+            self.ingest_lag.clone(),
+        );
+        r.register(
+            "leader_edges",
+            "Distinct edges in the merged index",
+            self.edges.clone(),
+        );
+    }
+}
+
+impl ne_shared::telemetry::http::Exposition for LeaderMetrics {
+    fn encode(&self) -> String {
+        let mut registry = Registry::default();
+        self.register(&mut registry);
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        out
+    }
+}
