@@ -49,10 +49,19 @@ pub struct RunArgs {
     /// authentication (TokenReview) is not built yet, so this is required for now.
     #[arg(long, env = "NE_INSECURE_INGEST")]
     pub insecure_ingest: bool,
-    /// Lead without a Lease: one replica, development only. Lease election is not built
-    /// yet, so this is required for now.
+    /// Lead without a Lease: one replica, no cluster needed, development only.
     #[arg(long, env = "NE_STANDALONE")]
     pub standalone: bool,
+    /// Namespace of the election Lease (the release namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "network-enforcer")]
+    pub lease_namespace: String,
+    /// Name of the election Lease.
+    #[arg(long, env = "NE_LEASE_NAME", default_value = "network-enforcer-leader")]
+    pub lease_name: String,
+    /// This replica's identity in the Lease (default: env `POD_NAME`, else the host name
+    /// and the process id, so two local leaders never share one).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
     /// How often proposals are rebuilt from the merged edges.
     #[arg(long, env = "NE_FLUSH_INTERVAL", default_value = "1s", value_parser = ne_shared::time::parse_duration)]
     pub flush_interval: std::time::Duration,

@@ -6,6 +6,7 @@
 //! captured flows.
 
 pub mod cli;
+pub mod election;
 pub mod ingest;
 pub mod live;
 pub mod offline;

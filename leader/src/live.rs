@@ -3,8 +3,11 @@
 //! merged edges are learned and rendered as proposals (the same code as offline `learn`)
 //! and written to `--output` when they changed.
 //!
-//! Not built yet, and refused rather than faked: Lease election (`--standalone` is
-//! required: one replica leads unconditionally), agent authentication (`--insecure-ingest`
+//! Leadership: a Lease in `--lease-namespace` (module [`crate::election`]); only the
+//! holder accepts streams, a standby answers UNAVAILABLE. `--standalone` skips the
+//! election (one replica, no cluster).
+//!
+//! Not built yet, and refused rather than faked: agent authentication (`--insecure-ingest`
 //! is required) and writing proposals to the cluster (`--output` is where they go).
 
 use std::sync::Arc;
@@ -20,6 +23,8 @@ use ne_shared::telemetry::http;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::cli::{ProviderArg, RunArgs};
+use crate::election::{self, LeaseLeadership};
+use crate::ingest::Leadership;
 use crate::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics};
 use crate::offline::learn::{proposals, to_yaml_stream, write_proposals};
 
@@ -35,10 +40,6 @@ impl From<ProviderArg> for Provider {
 
 /// Runs the live leader until SIGINT or SIGTERM.
 pub fn main(args: &RunArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.standalone,
-        "Lease election is not built yet: run one replica with --standalone"
-    );
     anyhow::ensure!(
         args.insecure_ingest,
         "agent authentication (TokenReview) is not built yet: pass --insecure-ingest (development only)"
@@ -61,7 +62,7 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on --ingest-address {}", args.ingest_address))?;
     let address = listener.local_addr()?;
     tracing::warn!("--insecure-ingest: agent streams are NOT authenticated (development only)");
-    tracing::warn!("--standalone: leading without a Lease (one replica, development only)");
+    let leadership = leadership(args).await?;
     let metrics = Arc::new(LeaderMetrics::default());
     let metrics_listener = tokio::net::TcpListener::bind(args.metrics_address)
         .await
@@ -80,12 +81,7 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
     let metrics_server = tokio::spawn(http::serve(metrics_listener, endpoints));
     let (index, _owner) = IndexHandle::spawn(args.max_edges);
     let epoch = crate::ingest::leader_epoch();
-    let service = IngestService::new(
-        index.clone(),
-        Arc::new(AtomicBool::new(true)),
-        epoch,
-        metrics.clone(),
-    );
+    let service = IngestService::new(index.clone(), leadership.clone(), epoch, metrics.clone());
     let server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(IngestServer::new(service))
@@ -104,6 +100,9 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         tokio::select! {
             _ = ticker.tick() => {}
             () = &mut stop => break,
+        }
+        if !leadership.is_leader() {
+            continue;
         }
         let merged = index.read().await?;
         metrics
@@ -127,6 +126,50 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
     server.abort();
     metrics_server.abort();
     Ok(())
+}
+
+/// Who decides whether this replica leads.
+#[derive(Clone)]
+enum Leader {
+    Always,
+    Lease(LeaseLeadership),
+}
+
+impl Leadership for Leader {
+    fn is_leader(&self) -> bool {
+        match self {
+            Leader::Always => true,
+            Leader::Lease(lease) => lease.is_leader(),
+        }
+    }
+}
+
+async fn leadership(args: &RunArgs) -> anyhow::Result<Leader> {
+    if args.standalone {
+        tracing::warn!("--standalone: leading without a Lease (one replica, development only)");
+        return Ok(Leader::Always);
+    }
+    let client = kube::Client::try_default()
+        .await
+        .context("no Kubernetes configuration (in-cluster or KUBECONFIG); use --standalone to run without a cluster")?;
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "ne-leader".to_owned());
+        format!("{host}-{}", std::process::id())
+    });
+    let (lease, _task) =
+        election::join(client, &args.lease_namespace, &args.lease_name, &identity).await?;
+    tracing::info!(lease = %format!("{}/{}", args.lease_namespace, args.lease_name), %identity, "joined the leader election");
+    let mut watch = lease.clone();
+    tokio::spawn(async move {
+        while let Some(leading) = watch.changed().await {
+            if leading {
+                tracing::info!("this replica now holds the Lease: accepting agent streams");
+            } else {
+                tracing::warn!("this replica lost the Lease: refusing agent streams");
+            }
+        }
+    });
+    Ok(Leader::Lease(lease))
 }
 
 /// The proposals of the merged edges (workloads as the agents resolved them).
