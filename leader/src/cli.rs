@@ -45,10 +45,18 @@ pub struct RunArgs {
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     #[arg(long, env = "NE_METRICS_ADDRESS", default_value = "0.0.0.0:9090")]
     pub metrics_address: std::net::SocketAddr,
-    /// Accept agent streams without authentication. Development only: agent
-    /// authentication (TokenReview) is not built yet, so this is required for now.
+    /// Accept agent streams without authentication (development only; logged loudly).
     #[arg(long, env = "NE_INSECURE_INGEST")]
     pub insecure_ingest: bool,
+    /// The agents' ServiceAccounts (`namespace:name`), whose tokens (audience
+    /// `network-enforcer`, checked with TokenReview) may stream edges.
+    #[arg(
+        long,
+        env = "NE_AGENT_SERVICE_ACCOUNTS",
+        value_delimiter = ',',
+        default_value = "network-enforcer:network-enforcer-agent"
+    )]
+    pub agent_service_accounts: Vec<String>,
     /// Lead without a Lease: one replica, no cluster needed, development only.
     #[arg(long, env = "NE_STANDALONE")]
     pub standalone: bool,

@@ -7,8 +7,9 @@
 //! holder accepts streams, a standby answers UNAVAILABLE. `--standalone` skips the
 //! election (one replica, no cluster).
 //!
-//! Not built yet, and refused rather than faked: agent authentication (`--insecure-ingest`
-//! is required) and writing proposals to the cluster (`--output` is where they go).
+//! Agents authenticate with a ServiceAccount token checked by TokenReview (module
+//! [`crate::auth`]); `--insecure-ingest` skips it for development. Not built yet: writing
+//! proposals to the cluster (`--output` is where they go).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -22,6 +23,7 @@ use ne_shared::resolve::RecordOnly;
 use ne_shared::telemetry::http;
 use tokio_stream::wrappers::TcpListenerStream;
 
+use crate::auth::{Authenticator, Insecure, TokenReviews};
 use crate::cli::{ProviderArg, RunArgs};
 use crate::election::{self, LeaseLeadership};
 use crate::ingest::Leadership;
@@ -40,10 +42,6 @@ impl From<ProviderArg> for Provider {
 
 /// Runs the live leader until SIGINT or SIGTERM.
 pub fn main(args: &RunArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.insecure_ingest,
-        "agent authentication (TokenReview) is not built yet: pass --insecure-ingest (development only)"
-    );
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
@@ -61,8 +59,17 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on --ingest-address {}", args.ingest_address))?;
     let address = listener.local_addr()?;
-    tracing::warn!("--insecure-ingest: agent streams are NOT authenticated (development only)");
     let leadership = leadership(args).await?;
+    let auth: Arc<dyn Authenticator> = if args.insecure_ingest {
+        tracing::warn!("--insecure-ingest: agent streams are NOT authenticated (development only)");
+        Arc::new(Insecure)
+    } else {
+        let client = kube::Client::try_default().await.context(
+            "agent authentication needs the API server (TokenReview); use --insecure-ingest to run without a cluster",
+        )?;
+        tracing::info!(service_accounts = ?args.agent_service_accounts, "agent streams need a ServiceAccount token");
+        Arc::new(TokenReviews::new(client, &args.agent_service_accounts))
+    };
     let metrics = Arc::new(LeaderMetrics::default());
     let metrics_listener = tokio::net::TcpListener::bind(args.metrics_address)
         .await
@@ -81,7 +88,13 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
     let metrics_server = tokio::spawn(http::serve(metrics_listener, endpoints));
     let (index, _owner) = IndexHandle::spawn(args.max_edges);
     let epoch = crate::ingest::leader_epoch();
-    let service = IngestService::new(index.clone(), leadership.clone(), epoch, metrics.clone());
+    let service = IngestService::new(
+        index.clone(),
+        leadership.clone(),
+        epoch,
+        metrics.clone(),
+        auth,
+    );
     let server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(IngestServer::new(service))

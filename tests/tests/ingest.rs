@@ -31,6 +31,14 @@ struct Leader {
 }
 
 async fn leader(leading: bool, epoch: u64) -> Leader {
+    leader_with(leading, epoch, Arc::new(ne_leader::auth::Insecure)).await
+}
+
+async fn leader_with(
+    leading: bool,
+    epoch: u64,
+    auth: Arc<dyn ne_leader::auth::Authenticator>,
+) -> Leader {
     let (index, _owner) = IndexHandle::spawn(1 << 16);
     let leading = Arc::new(AtomicBool::new(leading));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -41,6 +49,7 @@ async fn leader(leading: bool, epoch: u64) -> Leader {
         leading.clone(),
         epoch,
         metrics.clone(),
+        auth,
     ));
     let server = tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
@@ -354,4 +363,79 @@ async fn an_entry_too_large_for_a_message_is_counted_not_lost_silently() {
     state.shut_down();
     task.await.unwrap();
     l.server.abort();
+}
+
+/// Accepts the token `good` only, as a TokenReview would accept one ServiceAccount.
+struct OneToken;
+
+#[tonic::async_trait]
+impl ne_leader::auth::Authenticator for OneToken {
+    async fn authenticate(&self, bearer: Option<&str>) -> Result<String, ne_leader::auth::Refusal> {
+        match bearer {
+            Some("good") => Ok("system:serviceaccount:network-enforcer:agent".to_owned()),
+            _ => Err(ne_leader::auth::Refusal {
+                status: tonic::Status::unauthenticated("no"),
+                reason: "unauthenticated",
+            }),
+        }
+    }
+}
+
+/// A stream without an accepted token is refused before its hello, counted, and nothing
+/// it would send reaches the index; the agent with the right token is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_without_an_accepted_token_are_refused_and_counted() {
+    let l = leader_with(true, 1, Arc::new(OneToken)).await;
+    let dir = std::env::temp_dir().join(format!("ne-ingest-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (bad, good) = (dir.join("bad"), dir.join("good"));
+    std::fs::write(&bad, "bad\n").unwrap();
+    std::fs::write(&good, "good\n").unwrap();
+
+    let mut model = Model::new();
+    let intruder = Arc::new(FlowTable::new(16));
+    record(&intruder, &mut Model::new(), &edge(9, 9, 9), 1, 1);
+    let (state, metrics, task) = start_agent(
+        ShipConfig {
+            token_file: Some(bad),
+            ..config(&[l.address], 1)
+        },
+        intruder,
+    );
+    let refused = |m: &LeaderMetrics| {
+        ne_shared::telemetry::http::Exposition::encode(m)
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(
+                    "network_enforcer_leader_streams_refused_total{reason=\"unauthenticated\"} ",
+                )
+            })
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while refused(&l.metrics) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never refused");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(metrics.leader_connected.get(), 0);
+    state.shut_down();
+    task.await.unwrap();
+
+    let table = Arc::new(FlowTable::new(16));
+    record(&table, &mut model, &edge(1, 1, 80), 1, 1);
+    let (state, _, task) = start_agent(
+        ShipConfig {
+            token_file: Some(good),
+            agent_id: "worker-2".into(),
+            ..config(&[l.address], 1)
+        },
+        table,
+    );
+    converges(&l.index, &model, "the authenticated agent only").await;
+    assert_eq!(l.metrics.streams_opened.get(), 1);
+    state.shut_down();
+    task.await.unwrap();
+    l.server.abort();
+    let _ = std::fs::remove_dir_all(&dir);
 }

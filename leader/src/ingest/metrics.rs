@@ -84,7 +84,7 @@ impl LeaderMetrics {
         }
         r.register(
             "leader_streams_refused",
-            "Agent streams refused, by reason (standby, bad_hello)",
+            "Agent streams refused, by reason (standby, bad_hello, unauthenticated, forbidden, review_failed)",
             self.streams_refused.clone(),
         );
         r.register(

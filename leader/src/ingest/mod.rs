@@ -21,6 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use ne_proto::ingest::ingest_server::Ingest;
 use ne_proto::ingest::{Ack, AgentMessage, LeaderMessage, Reject, agent_message, leader_message};
 use ne_shared::delta::Decoder;
+
+use crate::auth::Authenticator;
 use ne_shared::index::AgentId;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -50,29 +52,40 @@ impl<L: Leadership + ?Sized> Leadership for Arc<L> {
 }
 
 /// The `Ingest` service.
-#[derive(Debug)]
 pub struct IngestService<L> {
     index: IndexHandle,
     leadership: L,
     leader_epoch: u64,
     metrics: Arc<LeaderMetrics>,
+    auth: Arc<dyn Authenticator>,
+}
+
+impl<L: std::fmt::Debug> std::fmt::Debug for IngestService<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IngestService")
+            .field("leadership", &self.leadership)
+            .field("leader_epoch", &self.leader_epoch)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<L: Leadership> IngestService<L> {
     /// Streams are applied to `index` while `leadership` says this replica leads;
     /// `leader_epoch` (larger at every new leader) is sent in every ack; `metrics` counts
-    /// what the streams do.
+    /// what the streams do; `auth` checks every stream's credentials before its hello.
     pub fn new(
         index: IndexHandle,
         leadership: L,
         leader_epoch: u64,
         metrics: Arc<LeaderMetrics>,
+        auth: Arc<dyn Authenticator>,
     ) -> Self {
         IngestService {
             index,
             leadership,
             leader_epoch,
             metrics,
+            auth,
         }
     }
 
@@ -102,6 +115,15 @@ impl<L: Leadership + Clone> Ingest for IngestService<L> {
         if !self.leadership.is_leader() {
             return Err(self.refuse("standby", standby()));
         }
+        let bearer = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let user = match self.auth.authenticate(bearer).await {
+            Ok(user) => user,
+            Err(refusal) => return Err(self.refuse(refusal.reason, refusal.status)),
+        };
         let mut inbound = request.into_inner();
         let hello = match inbound.message().await? {
             Some(AgentMessage {
@@ -127,7 +149,7 @@ impl<L: Leadership + Clone> Ingest for IngestService<L> {
             metrics: self.metrics.clone(),
             tx,
         };
-        tracing::info!(agent = %hello.agent_id, node = %hello.node, epoch = hello.agent_epoch, "agent stream opened");
+        tracing::info!(agent = %hello.agent_id, node = %hello.node, epoch = hello.agent_epoch, %user, "agent stream opened");
         tokio::spawn(session.run(inbound));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
