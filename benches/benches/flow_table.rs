@@ -6,13 +6,11 @@
 //! traffic; keys are chosen by a fixed-seed xorshift so that runs are comparable.
 
 use std::hint::black_box;
-use std::net::{IpAddr, Ipv4Addr};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use ne_benches::edges::edges;
 use ne_shared::edge::Edge;
-use ne_shared::flow::{
-    Direction, Endpoint, EndpointId, Protocol, Timestamp, WorkloadKind, WorkloadRef, labels,
-};
+use ne_shared::flow::Timestamp;
 use ne_shared::table::FlowTable;
 
 /// Records per measured iteration (split across threads).
@@ -30,42 +28,6 @@ impl XorShift {
         self.0 = x;
         x
     }
-}
-
-fn workload(namespace: &str, name: String) -> Endpoint {
-    let id = EndpointId::Workload(WorkloadRef {
-        namespace: namespace.into(),
-        kind: WorkloadKind::Deployment,
-        name: name.as_str().into(),
-    });
-    Endpoint::new(id).with_labels(labels([("app", name)]))
-}
-
-/// `n` distinct edges with realistic shapes: in-cluster and external peers, both directions.
-fn edges(n: usize) -> Vec<Edge> {
-    (0..n)
-        .map(|i| {
-            let subject = workload(&format!("ns-{}", i % 32), format!("app-{}", i % 997));
-            let peer = if i % 4 == 0 {
-                let ip = Ipv4Addr::from(0x0a00_0000 + i as u32);
-                Endpoint::new(EndpointId::External(IpAddr::V4(ip))).with_ip(Some(IpAddr::V4(ip)))
-            } else {
-                workload("shop", format!("peer-{}", i / 997))
-            };
-            Edge {
-                subject,
-                direction: if i % 2 == 0 {
-                    Direction::Egress
-                } else {
-                    Direction::Ingress
-                },
-                peer,
-                protocol: Protocol::Tcp,
-                port: 1_000 + (i % 50) as u16,
-                peer_dns: None,
-            }
-        })
-        .collect()
 }
 
 /// The sequence of edge indices one thread records.

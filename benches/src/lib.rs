@@ -458,6 +458,7 @@ struct Event {
     time: Timestamp,
 }
 
+pub mod edges;
 mod render;
 
 #[cfg(test)]

@@ -1,0 +1,45 @@
+//! Pre-built edges for the benches that start after decoding (`flow_table`, `index`).
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use ne_shared::edge::Edge;
+use ne_shared::flow::{
+    Direction, Endpoint, EndpointId, Protocol, WorkloadKind, WorkloadRef, labels,
+};
+
+fn workload(namespace: &str, name: String) -> Endpoint {
+    let id = EndpointId::Workload(WorkloadRef {
+        namespace: namespace.into(),
+        kind: WorkloadKind::Deployment,
+        name: name.as_str().into(),
+    });
+    Endpoint::new(id).with_labels(labels([("app", name)]))
+}
+
+/// `n` distinct edges with realistic shapes: in-cluster and external peers, both
+/// directions. Every call allocates anew.
+pub fn edges(n: usize) -> Vec<Edge> {
+    (0..n)
+        .map(|i| {
+            let subject = workload(&format!("ns-{}", i % 32), format!("app-{}", i % 997));
+            let peer = if i % 4 == 0 {
+                let ip = Ipv4Addr::from(0x0a00_0000 + i as u32);
+                Endpoint::new(EndpointId::External(IpAddr::V4(ip))).with_ip(Some(IpAddr::V4(ip)))
+            } else {
+                workload("shop", format!("peer-{}", i / 997))
+            };
+            Edge {
+                subject,
+                direction: if i % 2 == 0 {
+                    Direction::Egress
+                } else {
+                    Direction::Ingress
+                },
+                peer,
+                protocol: Protocol::Tcp,
+                port: 1_000 + (i % 50) as u16,
+                peer_dns: None,
+            }
+        })
+        .collect()
+}
