@@ -108,11 +108,6 @@ impl LeaderMetrics {
 
 impl ne_shared::telemetry::http::Exposition for LeaderMetrics {
     fn encode(&self) -> String {
-        let mut registry = Registry::default();
-        self.register(&mut registry);
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
-        out
+        ne_shared::telemetry::http::prometheus_text(|registry| self.register(registry))
     }
 }

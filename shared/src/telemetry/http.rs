@@ -21,6 +21,18 @@ pub trait Exposition: Send + Sync + 'static {
     fn encode(&self) -> String;
 }
 
+/// The Prometheus text of the instruments `register` puts in a fresh registry.
+pub fn prometheus_text(
+    register: impl FnOnce(&mut prometheus_client::registry::Registry),
+) -> String {
+    let mut registry = prometheus_client::registry::Registry::default();
+    register(&mut registry);
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    out
+}
+
 /// What the endpoints read.
 #[derive(Clone)]
 pub struct Endpoints {
