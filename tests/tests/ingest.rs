@@ -114,6 +114,15 @@ async fn index_of(index: &IndexHandle) -> Model {
         .collect()
 }
 
+/// Waits (polling, 30 s at most) until `holds` is true.
+async fn eventually(what: &str, mut holds: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !holds() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits (polling, 30 s at most) until the leader's index equals `want`.
 async fn converges(index: &IndexHandle, want: &Model, what: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -329,14 +338,7 @@ async fn acked_idle_entries_expire_at_the_agent_only() {
         table.clone(),
     );
     converges(&l.index, &model, "both edges").await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while table.len() != 1 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the old entry never expired"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the old entry expires", || table.len() == 1).await;
     assert_eq!(table.snapshot()[0].key(), EdgeKey::of(&recent));
     assert_eq!(index_of(&l.index).await, model);
     state.shut_down();
@@ -413,11 +415,7 @@ async fn streams_without_an_accepted_token_are_refused_and_counted() {
             .and_then(|n| n.trim().parse::<u64>().ok())
             .unwrap_or(0)
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while refused(&l.metrics) == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "never refused");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the stream is refused", || refused(&l.metrics) > 0).await;
     assert_eq!(metrics.leader_connected.get(), 0);
     state.shut_down();
     task.await.unwrap();
