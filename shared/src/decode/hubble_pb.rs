@@ -137,23 +137,6 @@ enum Member<'a> {
 /// Decodes the bytes of one `GetFlowsResponse` (one gRPC message, as handed over by
 /// `ne_proto::raw::RawCodec`).
 pub fn decode_response(bytes: &[u8]) -> Result<HubbleMessage, DecodeError> {
-    match walk_response(bytes)? {
-        Walked::Flow(fields) => flow_record(fields).map(HubbleMessage::Flow),
-        Walked::Message(m) => Ok(m),
-    }
-}
-
-/// A response after the walk: a flow's borrowed fields, not yet mapped to a record, or
-/// any other member, decoded.
-// The flow is the common case; boxing it would cost an allocation per flow.
-#[allow(clippy::large_enum_variant)]
-enum Walked<'a> {
-    Flow(FlowFields<'a, Labels<'a>>),
-    Message(HubbleMessage),
-}
-
-/// Walks one `GetFlowsResponse`: every error [`decode_response`] reports, reported here.
-fn walk_response(bytes: &[u8]) -> Result<Walked<'_>, DecodeError> {
     let mut r = Reader::new(bytes, "GetFlowsResponse");
     let mut member = None;
     let mut node_name = None;
@@ -177,12 +160,12 @@ fn walk_response(bytes: &[u8]) -> Result<Walked<'_>, DecodeError> {
         }
     }
     match member {
-        Some(Member::Flow(flow)) => walk_flow(flow, node_name, time.get()).map(Walked::Flow),
-        Some(Member::LostEvents(m)) => lost_events(m).map(Walked::Message),
-        Some(Member::NodeStatus(m)) => {
-            node_status(m).map(|s| Walked::Message(HubbleMessage::NodeStatus(s)))
-        }
-        None => Ok(Walked::Message(HubbleMessage::Other)),
+        Some(Member::Flow(flow)) => walk_flow(flow, node_name, time.get())
+            .and_then(flow_record)
+            .map(HubbleMessage::Flow),
+        Some(Member::LostEvents(m)) => lost_events(m),
+        Some(Member::NodeStatus(m)) => node_status(m).map(HubbleMessage::NodeStatus),
+        None => Ok(HubbleMessage::Other),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The fast path's walk: one pass over a `GetFlowsResponse` in its canonical shape (a
 //! flow, each embedded message at most once, every field well formed) that reads what
-//! edge derivation needs and validates exactly what [`super::walk_response`] validates.
+//! edge derivation needs and validates exactly what [`super::decode_response`] validates.
 //!
 //! Anything else is a [`Bail`]: a malformed message, a group, a 10-byte varint, an
 //! embedded message split over several occurrences, a non-flow response, a flow that
