@@ -7,10 +7,14 @@
 //! their status. The `crdgen` binary writes the CRD YAML the Helm chart ships
 //! ([`crd_yaml`]); [`validation_schema`] lets tests check objects against the same schema.
 
+mod istio;
 mod schema;
 mod spec;
 mod status;
 
+pub use istio::{
+    AuthorizationPolicy, AuthorizationPolicySpec, ISTIO_DRY_RUN_ANNOTATION, WorkloadSelector,
+};
 pub use schema::validation_schema;
 pub use spec::*;
 pub use status::*;

@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod cli;
+pub mod controller;
 pub mod election;
 pub mod ingest;
 pub mod live;

@@ -1,0 +1,874 @@
+//! Table tests of the planner: each case states a cluster and what was learned, and checks
+//! the writes; the idempotence cases feed a plan's own output back as the cluster state.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, Time,
+};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff;
+use ne_crds::{
+    AuthorizationPolicy, Backend, ISTIO_DRY_RUN_ANNOTATION, IstioAuthorizationPolicySpec,
+    IstioFrom, IstioOperation, IstioRule, IstioSource, IstioTo, Mode, PROMOTE_LABEL,
+    PROMOTED_FROM_LABEL, PeerEvidence, PolicyDirection, TargetKind, TargetRef,
+    WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal, WorkloadNetworkPolicyProposalSpec,
+    WorkloadNetworkPolicyProposalStatus, WorkloadNetworkPolicySpec,
+};
+use ne_shared::allowlist::proposal_name;
+use ne_shared::flow::Direction;
+use ne_shared::flow::WorkloadKind;
+
+use super::*;
+
+const NS: &str = "shop";
+
+fn time(secs: i64) -> Time {
+    Time(jiff::Timestamp::from_second(secs).unwrap())
+}
+
+fn selector(app: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some([("app".to_owned(), app.to_owned())].into()),
+        match_expressions: None,
+    }
+}
+
+fn peer(app: &str) -> NetworkPolicyPeer {
+    NetworkPolicyPeer {
+        pod_selector: Some(selector(app)),
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some([("kubernetes.io/metadata.name".to_owned(), NS.to_owned())].into()),
+            match_expressions: None,
+        }),
+        ip_block: None,
+    }
+}
+
+fn tcp(port: i32) -> NetworkPolicyPort {
+    NetworkPolicyPort {
+        protocol: Some("TCP".to_owned()),
+        port: Some(IntOrString::Int(port)),
+        end_port: None,
+    }
+}
+
+/// A learned (or written) ingress proposal of Deployment `name`, one rule per peer:
+/// `(peer app, port, first seen, last seen, flows)`.
+fn proposal(name: &str, peers: &[(&str, i32, i64, i64, i64)]) -> WorkloadNetworkPolicyProposal {
+    let mut rules: Vec<NetworkPolicyIngressRule> = Vec::new();
+    for (app, port, ..) in peers {
+        match rules
+            .iter_mut()
+            .find(|r| r.from.as_deref() == Some(&[peer(app)][..]))
+        {
+            Some(r) => r.ports.as_mut().unwrap().push(tcp(*port)),
+            None => rules.push(NetworkPolicyIngressRule {
+                from: Some(vec![peer(app)]),
+                ports: Some(vec![tcp(*port)]),
+            }),
+        }
+    }
+    let spec = WorkloadNetworkPolicyProposalSpec {
+        backend: Backend::Kubernetes,
+        kubernetes: Some(NetworkPolicySpec {
+            pod_selector: Some(selector(name)),
+            policy_types: Some(vec!["Ingress".to_owned()]),
+            ingress: Some(rules),
+            egress: None,
+        }),
+        istio: None,
+        target_ref: TargetRef {
+            kind: TargetKind::Deployment,
+            name: name.to_owned(),
+        },
+        direction: PolicyDirection::Ingress,
+    };
+    let object_name = proposal_name(WorkloadKind::Deployment, name, Direction::Ingress);
+    let mut p = WorkloadNetworkPolicyProposal::new(&object_name, spec);
+    p.metadata.namespace = Some(NS.to_owned());
+    let rows: Vec<PeerEvidence> = peers
+        .iter()
+        .map(|(app, port, first, last, flows)| PeerEvidence {
+            peer: format!("pods:{NS}/app={app}"),
+            protocol: "TCP".to_owned(),
+            port: *port,
+            first_seen: time(*first),
+            last_seen: time(*last),
+            flow_count: *flows,
+            dns_name: None,
+        })
+        .collect();
+    p.status = Some(WorkloadNetworkPolicyProposalStatus {
+        learning_since: rows
+            .iter()
+            .map(|r| r.first_seen.clone())
+            .min_by_key(|t| t.0),
+        conditions: Vec::new(),
+        flow_count: rows.iter().map(|r| r.flow_count).sum(),
+        peers: rows,
+    });
+    p
+}
+
+fn istio_proposal(name: &str, principal: &str, port: &str) -> WorkloadNetworkPolicyProposal {
+    let mut p = proposal(name, &[("x", 1, 100, 100, 1)]);
+    p.spec.backend = Backend::Istio;
+    p.spec.kubernetes = None;
+    p.spec.istio = Some(IstioAuthorizationPolicySpec {
+        selector: selector(name),
+        rules: vec![IstioRule {
+            from: vec![IstioFrom {
+                source: IstioSource {
+                    principals: vec![principal.to_owned()],
+                },
+            }],
+            to: vec![IstioTo {
+                operation: IstioOperation {
+                    ports: vec![port.to_owned()],
+                },
+            }],
+        }],
+    });
+    p
+}
+
+/// As the API server would return an object we wrote: with uid and resourceVersion.
+fn stored<K: kube::Resource>(mut object: K, uid: &str) -> K {
+    object.meta_mut().uid = Some(uid.to_owned());
+    object.meta_mut().resource_version = Some("1".to_owned());
+    object.meta_mut().generation = Some(1);
+    object
+}
+
+fn policy(name: &str, target: &str, mode: Mode) -> WorkloadNetworkPolicy {
+    let p = proposal(target, &[("web", 8080, 100, 100, 1)]);
+    let spec = WorkloadNetworkPolicySpec {
+        backend: p.spec.backend,
+        kubernetes: p.spec.kubernetes,
+        istio: p.spec.istio,
+        target_ref: p.spec.target_ref,
+        direction: p.spec.direction,
+        mode,
+    };
+    let mut w = WorkloadNetworkPolicy::new(name, spec);
+    w.metadata.namespace = Some(NS.to_owned());
+    stored(w, &format!("uid-{name}"))
+}
+
+struct Case {
+    learned: Vec<WorkloadNetworkPolicyProposal>,
+    workloads: BTreeMap<WorkloadKey, Workload>,
+    proposals: Vec<WorkloadNetworkPolicyProposal>,
+    policies: Vec<WorkloadNetworkPolicy>,
+    network_policies: Vec<NetworkPolicy>,
+    authorization_policies: Option<Vec<AuthorizationPolicy>>,
+    config: Config,
+    now: Time,
+}
+
+impl Case {
+    fn new() -> Self {
+        let workloads = ["api", "db", "web"]
+            .into_iter()
+            .map(|n| {
+                (
+                    (NS.to_owned(), TargetKind::Deployment, n.to_owned()),
+                    Workload {
+                        uid: format!("uid-deploy-{n}"),
+                        service_account: Some(n.to_owned()),
+                    },
+                )
+            })
+            .collect();
+        Case {
+            learned: Vec::new(),
+            workloads,
+            proposals: Vec::new(),
+            policies: Vec::new(),
+            network_policies: Vec::new(),
+            authorization_policies: Some(Vec::new()),
+            config: Config {
+                backend: Backend::Kubernetes,
+                excluded_namespaces: BTreeSet::from(["network-enforcer".to_owned()]),
+                stable_after: Duration::from_secs(600),
+            },
+            now: time(1_000),
+        }
+    }
+
+    fn plan(&self) -> Plan {
+        let world = World {
+            learned: &self.learned,
+            workloads: &self.workloads,
+            proposals: &self.proposals,
+            policies: &self.policies,
+            network_policies: &self.network_policies,
+            authorization_policies: self.authorization_policies.as_deref(),
+            now: &self.now,
+        };
+        plan(&world, &self.config)
+    }
+
+    /// Carries out `plan` as the API server would (objects get uids), so that the next
+    /// plan sees the result.
+    fn apply(&mut self, plan: &Plan) {
+        for action in &plan.actions {
+            match action {
+                Action::ApplyProposal { object, .. } => {
+                    let key = ObjectKey::of(&**object);
+                    self.proposals.retain(|p| ObjectKey::of(p).name != key.name);
+                    self.proposals
+                        .push(stored((**object).clone(), &format!("uid-{}", key.name)));
+                }
+                Action::DeleteProposal { key, .. } => {
+                    self.proposals.retain(|p| ObjectKey::of(p).name != key.name)
+                }
+                Action::Promote { policy, proposal } => {
+                    self.policies.push(stored(
+                        (**policy).clone(),
+                        &format!("uid-{}", proposal.name),
+                    ));
+                    self.proposals
+                        .retain(|p| ObjectKey::of(p).name != proposal.name);
+                }
+                Action::ApplyPolicyStatus {
+                    key, conditions, ..
+                } => {
+                    let w = self
+                        .policies
+                        .iter_mut()
+                        .find(|w| ObjectKey::of(*w).name == key.name)
+                        .unwrap();
+                    w.status.get_or_insert_default().conditions = conditions.clone();
+                }
+                Action::ApplyNetworkPolicy(np) => {
+                    let key = ObjectKey::of(&**np);
+                    self.network_policies
+                        .retain(|n| ObjectKey::of(n).name != key.name);
+                    self.network_policies.push(stored((**np).clone(), "uid-np"));
+                }
+                Action::DeleteNetworkPolicy(key) => self
+                    .network_policies
+                    .retain(|n| ObjectKey::of(n).name != key.name),
+                Action::ApplyAuthorizationPolicy(ap) => {
+                    let aps = self.authorization_policies.as_mut().unwrap();
+                    let key = ObjectKey::of(&**ap);
+                    aps.retain(|a| ObjectKey::of(a).name != key.name);
+                    aps.push(stored((**ap).clone(), "uid-ap"));
+                }
+                Action::DeleteAuthorizationPolicy(key) => self
+                    .authorization_policies
+                    .as_mut()
+                    .unwrap()
+                    .retain(|a| ObjectKey::of(a).name != key.name),
+                Action::Event(_) => {}
+            }
+        }
+    }
+
+    /// Plans and applies until nothing is left to write; returns every plan made.
+    fn settle(&mut self) -> Vec<Plan> {
+        let mut plans = Vec::new();
+        for _ in 0..5 {
+            let plan = self.plan();
+            let writes = plan.actions.iter().any(|a| !matches!(a, Action::Event(_)));
+            self.apply(&plan);
+            plans.push(plan);
+            if !writes {
+                return plans;
+            }
+        }
+        panic!("the plan does not settle: {:#?}", plans.last());
+    }
+}
+
+fn applied_proposal(plan: &Plan) -> &WorkloadNetworkPolicyProposal {
+    plan.actions
+        .iter()
+        .find_map(|a| match a {
+            Action::ApplyProposal { object, .. } => Some(&**object),
+            _ => None,
+        })
+        .expect("a proposal is applied")
+}
+
+fn condition<'a>(conditions: &'a [Condition], type_: &str) -> &'a Condition {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition in {conditions:?}"))
+}
+
+fn ports_of(p: &WorkloadNetworkPolicyProposal) -> Vec<(String, Vec<i32>)> {
+    p.spec
+        .kubernetes
+        .as_ref()
+        .unwrap()
+        .ingress
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let app = r.from.as_ref().unwrap()[0]
+                .pod_selector
+                .as_ref()
+                .unwrap()
+                .match_labels
+                .as_ref()
+                .unwrap()["app"]
+                .clone();
+            let ports = r
+                .ports
+                .as_ref()
+                .unwrap()
+                .iter()
+                .map(|p| match p.port {
+                    Some(IntOrString::Int(n)) => n,
+                    _ => 0,
+                })
+                .collect();
+            (app, ports)
+        })
+        .collect()
+}
+
+#[test]
+fn a_learned_allow_list_becomes_an_owned_proposal_then_nothing_more_is_written() {
+    let mut case = Case::new();
+    case.learned = vec![proposal("api", &[("web", 8080, 900, 990, 7)])];
+    let plans = case.settle();
+    assert_eq!(plans.len(), 2, "one write round, then an empty plan");
+    let first = &plans[0];
+    assert_eq!(first.actions.len(), 1);
+    let Action::ApplyProposal {
+        object,
+        spec,
+        status,
+    } = &first.actions[0]
+    else {
+        panic!("{first:?}")
+    };
+    assert!(*spec && *status);
+    assert_eq!(
+        object.metadata.name.as_deref(),
+        Some("deployment-api-ingress")
+    );
+    let owner = &object.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (
+            owner.api_version.as_str(),
+            owner.kind.as_str(),
+            owner.name.as_str(),
+            owner.uid.as_str()
+        ),
+        ("apps/v1", "Deployment", "api", "uid-deploy-api")
+    );
+    assert_eq!(
+        object.metadata.labels.as_ref().unwrap()[MANAGED_BY.0],
+        MANAGED_BY.1
+    );
+    let status = object.status.as_ref().unwrap();
+    assert_eq!(status.flow_count, 7);
+    let stable = condition(&status.conditions, "Stable");
+    assert_eq!(
+        (stable.status.as_str(), stable.reason.as_str()),
+        ("False", "Learning")
+    );
+    assert!(plans[1].actions.is_empty(), "{:?}", plans[1]);
+}
+
+#[test]
+fn learning_only_adds_ports_peers_and_evidence_and_is_idempotent() {
+    let mut case = Case::new();
+    // Written earlier: web:8080 and an old peer (cron:9000) the index no longer holds.
+    case.proposals = vec![stored(
+        proposal(
+            "api",
+            &[("web", 8080, 100, 200, 50), ("cron", 9000, 150, 150, 2)],
+        ),
+        "uid-p",
+    )];
+    case.learned = vec![proposal(
+        "api",
+        &[
+            ("web", 8080, 300, 900, 10),
+            ("web", 8443, 800, 900, 3),
+            ("db", 5432, 850, 900, 4),
+        ],
+    )];
+    let plan = case.plan();
+    let merged = applied_proposal(&plan);
+    assert_eq!(
+        ports_of(merged),
+        vec![
+            ("web".to_owned(), vec![8080, 8443]),
+            ("cron".to_owned(), vec![9000]),
+            ("db".to_owned(), vec![5432]),
+        ]
+    );
+    let status = merged.status.as_ref().unwrap();
+    let web = &status.peers[0];
+    assert_eq!(
+        (
+            web.first_seen.0.as_second(),
+            web.last_seen.0.as_second(),
+            web.flow_count
+        ),
+        (100, 900, 50)
+    );
+    assert_eq!(status.peers.len(), 4);
+    assert_eq!(status.flow_count, 50 + 2 + 3 + 4);
+    assert_eq!(status.learning_since.as_ref().unwrap().0.as_second(), 100);
+    // Merging the same learned content into the result writes nothing.
+    case.apply(&plan);
+    assert_eq!(case.plan(), Plan::default());
+}
+
+#[test]
+fn stable_once_no_new_peer_or_port_for_the_configured_time() {
+    let mut case = Case::new();
+    case.learned = vec![proposal("api", &[("web", 8080, 100, 990, 7)])];
+    case.now = time(100 + 599);
+    let status = applied_proposal(&case.plan()).status.clone().unwrap();
+    assert_eq!(condition(&status.conditions, "Stable").status, "False");
+    case.now = time(100 + 600);
+    let status = applied_proposal(&case.plan()).status.clone().unwrap();
+    let stable = condition(&status.conditions, "Stable");
+    assert_eq!(
+        (stable.status.as_str(), stable.reason.as_str()),
+        ("True", "NoNewPeers")
+    );
+    assert_eq!(stable.last_transition_time, time(700));
+}
+
+#[test]
+fn proposals_are_skipped_with_a_reason() {
+    let mut case = Case::new();
+    let mut excluded = proposal("api", &[("web", 80, 1, 1, 1)]);
+    excluded.metadata.namespace = Some("network-enforcer".to_owned());
+    let unknown = proposal("ghost", &[("web", 80, 1, 1, 1)]);
+    let covered = proposal("db", &[("web", 80, 1, 1, 1)]);
+    case.policies = vec![policy("hand-made", "db", Mode::Monitor)];
+    case.network_policies = Vec::new();
+    case.learned = vec![excluded, unknown, covered];
+    let plan = case.plan();
+    assert!(
+        !plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::ApplyProposal { .. })),
+        "{plan:?}"
+    );
+    assert_eq!(
+        plan.skipped,
+        BTreeMap::from([
+            ("excluded_namespace", 1),
+            ("policy_exists", 1),
+            ("workload_not_found", 1)
+        ])
+    );
+}
+
+#[test]
+fn a_promote_label_creates_the_policy_and_removes_the_proposal() {
+    for (value, mode) in [("monitor", Mode::Monitor), ("protect", Mode::Protect)] {
+        let mut case = Case::new();
+        let mut p = stored(proposal("api", &[("web", 8080, 1, 2, 3)]), "uid-p");
+        p.metadata.labels = Some([(PROMOTE_LABEL.to_owned(), value.to_owned())].into());
+        case.proposals = vec![p.clone()];
+        // Learning for the target goes on meanwhile; the promoted proposal is not touched.
+        case.learned = vec![proposal("api", &[("web", 9999, 1, 2, 3)])];
+        let plan = case.plan();
+        let [
+            Action::Promote {
+                policy,
+                proposal: from,
+            },
+        ] = plan.actions.as_slice()
+        else {
+            panic!("{plan:?}")
+        };
+        assert_eq!(from, &ObjectKey::of(&p));
+        assert_eq!(policy.metadata.name, p.metadata.name);
+        assert_eq!(policy.spec.mode, mode);
+        assert_eq!(policy.spec.kubernetes, p.spec.kubernetes);
+        assert_eq!(
+            (&policy.spec.target_ref, policy.spec.direction),
+            (&p.spec.target_ref, p.spec.direction)
+        );
+        assert_eq!(
+            policy.metadata.labels.as_ref().unwrap()[PROMOTED_FROM_LABEL],
+            "deployment-api-ingress"
+        );
+        assert_eq!(plan.skipped, BTreeMap::from([("promoting", 1)]));
+        // Once promoted, learning for that target stops.
+        case.apply(&plan);
+        assert!(
+            !case
+                .plan()
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::ApplyProposal { .. } | Action::Promote { .. }))
+        );
+    }
+}
+
+#[test]
+fn a_long_workload_name_promotes_under_a_valid_label_value() {
+    let long = "a".repeat(80);
+    let mut case = Case::new();
+    case.workloads.insert(
+        (NS.to_owned(), TargetKind::Deployment, long.clone()),
+        Workload {
+            uid: "uid-long".to_owned(),
+            service_account: None,
+        },
+    );
+    let mut p = stored(proposal(&long, &[("web", 80, 1, 1, 1)]), "uid-p");
+    p.metadata.labels = Some([(PROMOTE_LABEL.to_owned(), "monitor".to_owned())].into());
+    case.proposals = vec![p];
+    let plan = case.plan();
+    let [Action::Promote { policy, .. }] = plan.actions.as_slice() else {
+        panic!("{plan:?}")
+    };
+    let from = &policy.metadata.labels.as_ref().unwrap()[PROMOTED_FROM_LABEL];
+    assert!(
+        from.len() <= 63 && from.starts_with("deployment-aaaa"),
+        "{from}"
+    );
+    assert_eq!(policy.metadata.name.as_ref(), Some(from));
+    assert_eq!(policy.spec.target_ref.name, long);
+}
+
+#[test]
+fn promotion_never_overwrites_a_policy() {
+    let mut case = Case::new();
+    let mut p = stored(proposal("api", &[("web", 8080, 1, 2, 3)]), "uid-p");
+    p.metadata.labels = Some([(PROMOTE_LABEL.to_owned(), "protect".to_owned())].into());
+    case.proposals = vec![p.clone()];
+    // Same name, not promoted from this proposal.
+    case.policies = vec![policy("deployment-api-ingress", "db", Mode::Monitor)];
+    let conflict = case.plan();
+    assert!(conflict.actions.iter().any(|a| matches!(a,
+        Action::Event(Event { warning: true, reason: "PromotionConflict", regarding, .. }) if regarding == &ObjectKey::of(&p))));
+    assert!(
+        !conflict
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Promote { .. } | Action::DeleteProposal { .. }))
+    );
+    // Another name, same target and direction.
+    case.policies = vec![policy("other", "api", Mode::Monitor)];
+    let conflict = case.plan();
+    assert!(conflict.actions.iter().any(|a| matches!(
+        a,
+        Action::Event(Event {
+            reason: "PromotionConflict",
+            ..
+        })
+    )));
+    assert!(
+        !conflict
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Promote { .. } | Action::DeleteProposal { .. }))
+    );
+    // Promoted before, the proposal's delete was lost: delete it now.
+    let mut done = policy("deployment-api-ingress", "api", Mode::Protect);
+    done.metadata.labels = Some(
+        [(
+            PROMOTED_FROM_LABEL.to_owned(),
+            "deployment-api-ingress".to_owned(),
+        )]
+        .into(),
+    );
+    case.policies = vec![done];
+    let leftover = case.plan();
+    assert!(leftover.actions.contains(&Action::DeleteProposal {
+        key: ObjectKey::of(&p),
+        reason: "promoted"
+    }));
+}
+
+#[test]
+fn an_invalid_promote_label_is_a_warning_and_learning_goes_on() {
+    let mut case = Case::new();
+    let mut p = stored(proposal("api", &[("web", 8080, 1, 2, 3)]), "uid-p");
+    p.metadata.labels = Some([(PROMOTE_LABEL.to_owned(), "enforce".to_owned())].into());
+    case.proposals = vec![p];
+    case.learned = vec![proposal("api", &[("web", 8443, 1, 2, 3)])];
+    let plan = case.plan();
+    assert!(plan.actions.iter().any(|a| matches!(a, Action::Event(Event { warning: true, reason: "InvalidPromoteLabel", note, .. }) if note.contains("enforce"))));
+    assert_eq!(
+        ports_of(applied_proposal(&plan)),
+        vec![("web".to_owned(), vec![8080, 8443])]
+    );
+}
+
+#[test]
+fn a_proposal_of_another_backend_is_deleted_and_learned_anew() {
+    let mut case = Case::new();
+    let old = stored(
+        istio_proposal("api", "cluster.local/ns/shop/sa/web", "8080"),
+        "uid-old",
+    );
+    case.proposals = vec![old.clone()];
+    case.learned = vec![proposal("api", &[("web", 8080, 500, 600, 1)])];
+    let plan = case.plan();
+    assert_eq!(
+        plan.actions[0],
+        Action::DeleteProposal {
+            key: ObjectKey::of(&old),
+            reason: "backend_changed"
+        }
+    );
+    let fresh = applied_proposal(&plan);
+    assert_eq!(fresh.spec.backend, Backend::Kubernetes);
+    assert!(fresh.spec.istio.is_none());
+    assert_eq!(
+        fresh.status.as_ref().unwrap().learning_since,
+        Some(time(500)),
+        "not merged with the old one"
+    );
+}
+
+#[test]
+fn protect_makes_an_owned_network_policy_and_monitor_removes_it() {
+    let mut case = Case::new();
+    case.policies = vec![policy("deployment-api-ingress", "api", Mode::Protect)];
+    let plans = case.settle();
+    let np = case.network_policies.first().expect("a NetworkPolicy");
+    assert_eq!(np.spec, case.policies[0].spec.kubernetes);
+    let owner = &np.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        (
+            "WorkloadNetworkPolicy",
+            "uid-deployment-api-ingress",
+            Some(true)
+        )
+    );
+    let ready = condition(
+        &case.policies[0].status.as_ref().unwrap().conditions,
+        "Ready",
+    );
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("True", "Enforced")
+    );
+    assert!(plans.last().unwrap().actions.is_empty());
+
+    case.policies[0].spec.mode = Mode::Monitor;
+    case.settle();
+    assert!(case.network_policies.is_empty());
+    let ready = condition(
+        &case.policies[0].status.as_ref().unwrap().conditions,
+        "Ready",
+    );
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("True", "Monitoring")
+    );
+}
+
+#[test]
+fn a_same_named_object_not_controlled_by_the_policy_is_never_touched() {
+    let mut case = Case::new();
+    case.policies = vec![policy("deployment-api-ingress", "api", Mode::Protect)];
+    let mut theirs = NetworkPolicy::default();
+    theirs.metadata.name = Some("deployment-api-ingress".to_owned());
+    theirs.metadata.namespace = Some(NS.to_owned());
+    case.network_policies = vec![stored(theirs, "uid-theirs")];
+    let plans = case.settle();
+    assert!(plans.iter().flat_map(|p| &p.actions).all(|a| !matches!(
+        a,
+        Action::ApplyNetworkPolicy(_) | Action::DeleteNetworkPolicy(_)
+    )));
+    assert!(plans[0].actions.iter().any(|a| matches!(
+        a,
+        Action::Event(Event {
+            warning: true,
+            reason: "NativePolicyConflict",
+            ..
+        })
+    )));
+    let conditions = &case.policies[0].status.as_ref().unwrap().conditions;
+    assert_eq!(condition(conditions, "NativePolicyConflict").status, "True");
+    assert_eq!(
+        condition(conditions, "Ready").reason,
+        "NativePolicyConflict"
+    );
+    // Switching to monitor does not delete it either.
+    case.policies[0].spec.mode = Mode::Monitor;
+    let plan = case.plan();
+    assert!(
+        !plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::DeleteNetworkPolicy(_)))
+    );
+}
+
+fn istio_policy(mode: Mode) -> WorkloadNetworkPolicy {
+    let p = istio_proposal("api", "cluster.local/ns/shop/sa/web", "8080");
+    let mut w = policy("deployment-api-ingress", "api", mode);
+    w.spec.backend = Backend::Istio;
+    w.spec.kubernetes = None;
+    w.spec.istio = p.spec.istio;
+    w
+}
+
+#[test]
+fn istio_policies_are_authorization_policies_dry_run_in_monitor_only() {
+    let mut case = Case::new();
+    case.config.backend = Backend::Istio;
+    case.policies = vec![istio_policy(Mode::Monitor)];
+    case.settle();
+    let ap = &case.authorization_policies.as_ref().unwrap()[0];
+    assert_eq!(
+        ap.metadata.annotations.as_ref().unwrap()[ISTIO_DRY_RUN_ANNOTATION],
+        "true"
+    );
+    assert_eq!(ap.spec.action.as_deref(), Some("ALLOW"));
+    assert_eq!(
+        ap.spec.selector.as_ref().unwrap().match_labels,
+        BTreeMap::from([("app".to_owned(), "api".to_owned())])
+    );
+    assert_eq!(
+        ap.spec.rules,
+        case.policies[0].spec.istio.as_ref().unwrap().rules
+    );
+    assert_eq!(
+        condition(
+            &case.policies[0].status.as_ref().unwrap().conditions,
+            "Ready"
+        )
+        .reason,
+        "Monitoring"
+    );
+
+    case.policies[0].spec.mode = Mode::Protect;
+    case.settle();
+    let ap = &case.authorization_policies.as_ref().unwrap()[0];
+    assert!(
+        ap.metadata
+            .annotations
+            .as_ref()
+            .is_none_or(|a| !a.contains_key(ISTIO_DRY_RUN_ANNOTATION))
+    );
+    assert_eq!(
+        condition(
+            &case.policies[0].status.as_ref().unwrap().conditions,
+            "Ready"
+        )
+        .reason,
+        "Enforced"
+    );
+}
+
+#[test]
+fn istio_policies_that_cannot_exist_say_why() {
+    let mut case = Case::new();
+    case.config.backend = Backend::Istio;
+    case.authorization_policies = None;
+    case.policies = vec![istio_policy(Mode::Protect)];
+    case.settle();
+    assert_eq!(
+        condition(
+            &case.policies[0].status.as_ref().unwrap().conditions,
+            "Ready"
+        )
+        .reason,
+        "AuthorizationPolicyUnavailable"
+    );
+
+    let mut case = Case::new();
+    case.config.backend = Backend::Istio;
+    let mut w = istio_policy(Mode::Protect);
+    w.spec.istio.as_mut().unwrap().selector.match_expressions =
+        Some(vec![LabelSelectorRequirement {
+            key: "tier".to_owned(),
+            operator: "In".to_owned(),
+            values: Some(vec!["a".to_owned()]),
+        }]);
+    case.policies = vec![w];
+    let plans = case.settle();
+    assert!(
+        plans
+            .iter()
+            .flat_map(|p| &p.actions)
+            .all(|a| !matches!(a, Action::ApplyAuthorizationPolicy(_)))
+    );
+    assert_eq!(
+        condition(
+            &case.policies[0].status.as_ref().unwrap().conditions,
+            "Ready"
+        )
+        .reason,
+        "SelectorNotExpressible"
+    );
+}
+
+#[test]
+fn a_policy_of_an_inactive_backend_is_left_alone_with_a_condition() {
+    let mut case = Case::new();
+    case.config.backend = Backend::Istio;
+    case.policies = vec![policy("deployment-api-ingress", "api", Mode::Protect)];
+    let plans = case.settle();
+    assert!(
+        plans
+            .iter()
+            .flat_map(|p| &p.actions)
+            .all(|a| matches!(a, Action::ApplyPolicyStatus { .. }))
+    );
+    let ready = condition(
+        &case.policies[0].status.as_ref().unwrap().conditions,
+        "Ready",
+    );
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "BackendNotActive")
+    );
+}
+
+#[test]
+fn istio_proposals_say_when_the_identity_is_shared() {
+    let mut case = Case::new();
+    case.config.backend = Backend::Istio;
+    case.learned = vec![istio_proposal(
+        "api",
+        "cluster.local/ns/shop/sa/web",
+        "8080",
+    )];
+    let shared = |case: &Case| {
+        let status = applied_proposal(&case.plan()).status.clone().unwrap();
+        let c = condition(&status.conditions, "SharedIdentity").clone();
+        (c.status, c.reason)
+    };
+    assert_eq!(
+        shared(&case),
+        ("False".to_owned(), "UniqueServiceAccount".to_owned())
+    );
+    case.workloads
+        .get_mut(&(NS.to_owned(), TargetKind::Deployment, "db".to_owned()))
+        .unwrap()
+        .service_account = Some("api".to_owned());
+    assert_eq!(
+        shared(&case),
+        ("True".to_owned(), "SharedServiceAccount".to_owned())
+    );
+    case.workloads
+        .get_mut(&(NS.to_owned(), TargetKind::Deployment, "api".to_owned()))
+        .unwrap()
+        .service_account = None;
+    assert_eq!(
+        shared(&case),
+        ("True".to_owned(), "DefaultServiceAccount".to_owned())
+    );
+}
