@@ -84,10 +84,24 @@ pub struct RunArgs {
         default_value = "kube-system"
     )]
     pub exclude_namespaces: Vec<String>,
-    /// Write the proposals, whenever they change, to this directory (one file each) or `-`
-    /// (stdout). Until the cluster integration lands, this is where they go.
+    /// Also write the proposals, whenever they change, to this directory (one file each)
+    /// or `-` (stdout). With `--standalone` (no cluster) this is where they go.
     #[arg(long, env = "NE_OUTPUT")]
     pub output: Option<String>,
+    /// Do not write to the cluster (no proposals, policies or native objects): learn and
+    /// serve ingest only. Implied by `--standalone`.
+    #[arg(long, env = "NE_NO_CONTROLLER")]
+    pub no_controller: bool,
+    /// A proposal is `Stable` once no new peer or port was added for this long.
+    #[arg(long, env = "NE_STABLE_AFTER", default_value = "10m", value_parser = ne_shared::time::parse_duration)]
+    pub stable_after: std::time::Duration,
+    /// Client-side limit of API writes per second (bursts up to `--api-write-burst`);
+    /// writes over it wait for the next round.
+    #[arg(long, env = "NE_API_WRITES_PER_SECOND", default_value_t = 20.0)]
+    pub api_writes_per_second: f64,
+    /// Largest burst of API writes.
+    #[arg(long, env = "NE_API_WRITE_BURST", default_value_t = 50)]
+    pub api_write_burst: u32,
 }
 
 /// Input format of a flow file.

@@ -19,12 +19,14 @@ use ne_crds::WorkloadNetworkPolicyProposal;
 use ne_shared::allowlist::{AggregatedEdge, LearnOptions};
 use ne_shared::edge::Provider;
 use ne_shared::index::MergedEdge;
-use ne_shared::resolve::RecordOnly;
+use ne_shared::resolve::{RecordOnly, Resolver};
 use ne_shared::telemetry::http;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::auth::{Authenticator, Insecure, TokenReviews};
 use crate::cli::{ProviderArg, RunArgs};
+use crate::controller::metrics::ControllerMetrics;
+use crate::controller::{Controller, Settings};
 use crate::election::{self, LeaseLeadership};
 use crate::ingest::Leadership;
 use crate::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics};
@@ -71,6 +73,7 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         Arc::new(TokenReviews::new(client, &args.agent_service_accounts))
     };
     let metrics = Arc::new(LeaderMetrics::default());
+    let controller_metrics = Arc::new(ControllerMetrics::default());
     let metrics_listener = tokio::net::TcpListener::bind(args.metrics_address)
         .await
         .with_context(|| {
@@ -81,7 +84,10 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         })?;
     tracing::info!(address = %metrics_listener.local_addr()?, "metrics listening");
     let endpoints = http::Endpoints {
-        metrics: metrics.clone(),
+        metrics: Arc::new(Exposed {
+            ingest: metrics.clone(),
+            controller: controller_metrics.clone(),
+        }),
         ready: Arc::new(AtomicBool::new(true)),
         not_ready: "not leading",
     };
@@ -105,6 +111,24 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
     let options = LearnOptions {
         exclude_namespaces: args.exclude_namespaces.iter().cloned().collect(),
     };
+    let mut controller = if args.standalone || args.no_controller {
+        tracing::warn!("the controller is off: nothing is written to the cluster");
+        None
+    } else {
+        let client = kube::Client::try_default()
+            .await
+            .context("the controller needs the API server; use --no-controller to run without")?;
+        let settings = Settings {
+            provider,
+            options: options.clone(),
+            release_namespace: args.lease_namespace.clone(),
+            stable_after: args.stable_after,
+            writes_per_second: args.api_writes_per_second,
+            write_burst: args.api_write_burst,
+            identity: identity(args),
+        };
+        Some(Controller::start(client, settings, controller_metrics.clone()).await?)
+    };
     let mut written = String::new();
     let mut ticker = tokio::time::interval(args.flush_interval);
     let stop = shutdown_signal();
@@ -121,6 +145,11 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         metrics
             .edges
             .set(i64::try_from(merged.len()).unwrap_or(i64::MAX));
+        if let Some(controller) = controller.as_mut()
+            && let Err(error) = controller.round(&merged, &leadership).await
+        {
+            tracing::warn!(error = format!("{error:#}"), "controller round failed");
+        }
         let proposals = render(&merged, provider, &options)?;
         let yaml = to_yaml_stream(&proposals)?;
         if yaml != written {
@@ -165,10 +194,7 @@ async fn leadership(args: &RunArgs) -> anyhow::Result<Leader> {
     let client = kube::Client::try_default()
         .await
         .context("no Kubernetes configuration (in-cluster or KUBECONFIG); use --standalone to run without a cluster")?;
-    let identity = args.identity.clone().unwrap_or_else(|| {
-        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "ne-leader".to_owned());
-        format!("{host}-{}", std::process::id())
-    });
+    let identity = identity(args);
     let (lease, _task) =
         election::join(client, &args.lease_namespace, &args.lease_name, &identity).await?;
     tracing::info!(lease = %format!("{}/{}", args.lease_namespace, args.lease_name), %identity, "joined the leader election");
@@ -185,9 +211,43 @@ async fn leadership(args: &RunArgs) -> anyhow::Result<Leader> {
     Ok(Leader::Lease(lease))
 }
 
+/// This replica's identity: `--identity` (env `POD_NAME`), else the host name and the
+/// process id, so two local leaders never share one.
+fn identity(args: &RunArgs) -> String {
+    args.identity.clone().unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "ne-leader".to_owned());
+        format!("{host}-{}", std::process::id())
+    })
+}
+
+/// The leader's metrics: ingest and controller, one exposition.
+struct Exposed {
+    ingest: Arc<LeaderMetrics>,
+    controller: Arc<ControllerMetrics>,
+}
+
+impl http::Exposition for Exposed {
+    fn encode(&self) -> String {
+        http::prometheus_text(|r| {
+            self.ingest.register(r);
+            self.controller.register(r);
+        })
+    }
+}
+
 /// The proposals of the merged edges (workloads as the agents resolved them).
 pub fn render(
     merged: &[MergedEdge],
+    provider: Provider,
+    options: &LearnOptions,
+) -> anyhow::Result<Vec<WorkloadNetworkPolicyProposal>> {
+    render_with(merged, &RecordOnly, provider, options)
+}
+
+/// The proposals of the merged edges, endpoints resolved by `resolver`.
+pub fn render_with(
+    merged: &[MergedEdge],
+    resolver: &dyn Resolver,
     provider: Provider,
     options: &LearnOptions,
 ) -> anyhow::Result<Vec<WorkloadNetworkPolicyProposal>> {
@@ -197,7 +257,7 @@ pub fn render(
         first_seen: m.first_seen,
         last_seen: m.last_seen,
     });
-    Ok(proposals(edges, &RecordOnly, provider, options)?.1)
+    Ok(proposals(edges, resolver, provider, options)?.1)
 }
 
 async fn shutdown_signal() {

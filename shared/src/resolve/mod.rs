@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::flow::{Endpoint, Labels, Reserved, Str, WorkloadRef};
 
 pub use record::RecordOnly;
-pub use snapshot::{ClusterSnapshot, ItemRef, Location, SnapshotError};
+pub use snapshot::{ClusterObjects, ClusterSnapshot, ItemRef, Location, SnapshotError};
 
 /// A named container port of a pod, for NetworkPolicy named ports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -124,8 +124,10 @@ fn network_policy(
             Native::Absent
         }
         Mode::Protect => {
+            let mut metadata = meta(w, uid);
+            metadata.uid = existing.and_then(|np| np.metadata.uid.clone());
             let desired = NetworkPolicy {
-                metadata: meta(w, uid),
+                metadata,
                 spec: w.spec.kubernetes.clone(),
             };
             let current = existing.is_some_and(|np| {
@@ -186,6 +188,7 @@ fn authorization_policy(
     }
     let monitor = w.spec.mode == Mode::Monitor;
     let mut metadata = meta(w, uid);
+    metadata.uid = existing.and_then(|ap| ap.metadata.uid.clone());
     if monitor {
         metadata.annotations =
             Some([(ISTIO_DRY_RUN_ANNOTATION.to_owned(), "true".to_owned())].into());

@@ -168,6 +168,9 @@ fn desired_proposal(
         false,
     )]);
     object.status = Some(status);
+    // The writer updates an object it knows (its uid is a precondition) and creates one it
+    // does not (never taking over an object that appeared meanwhile).
+    object.metadata.uid = base.and_then(|b| b.metadata.uid.clone());
     object
 }
 

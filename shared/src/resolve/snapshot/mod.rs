@@ -14,6 +14,9 @@ use std::fmt;
 use std::net::IpAddr;
 
 use foldhash::HashMap;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 
 use crate::flow::{Endpoint, EndpointId, Str, WorkloadKind, WorkloadRef};
 
@@ -121,6 +124,19 @@ struct PodEntry {
     resolution: Resolution,
 }
 
+/// Live objects of the kinds a snapshot reads, as typed objects.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterObjects {
+    pub namespaces: Vec<Namespace>,
+    pub pods: Vec<Pod>,
+    pub replicasets: Vec<ReplicaSet>,
+    pub deployments: Vec<Deployment>,
+    pub statefulsets: Vec<StatefulSet>,
+    pub daemonsets: Vec<DaemonSet>,
+    pub jobs: Vec<Job>,
+    pub cronjobs: Vec<CronJob>,
+}
+
 /// Resolves endpoints against a saved cluster state. Built once; every lookup is a hash
 /// lookup (foldhash) and a clone of a precomputed [`Resolution`].
 ///
@@ -157,6 +173,14 @@ impl ClusterSnapshot {
     /// Reads a snapshot from `kubectl get ... -o yaml` output.
     pub fn from_yaml(yaml: &str) -> Result<Self, SnapshotError> {
         Ok(build::build(parse::parse(yaml)?))
+    }
+
+    /// Builds a snapshot from live objects (the leader's reflector stores). Objects without
+    /// a namespace or name, and pod addresses that do not parse, are left out and counted
+    /// in the second value.
+    pub fn from_objects(objects: ClusterObjects) -> (Self, usize) {
+        let (objects, skipped) = parse::from_objects(objects);
+        (build::build(objects), skipped)
     }
 
     /// Number of pods held.

@@ -234,3 +234,88 @@ fn pod_ips(pod: &Pod, item: &ItemRef) -> Result<Vec<IpAddr>, SnapshotError> {
     }
     Ok(ips)
 }
+
+/// Typed live objects into [`Objects`]: items without namespace or name are skipped, and so
+/// are pod addresses that do not parse; both are counted.
+pub(super) fn from_objects(c: super::ClusterObjects) -> (Objects, usize) {
+    let mut objects = Objects::default();
+    let mut skipped = 0;
+    let mut key = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| match (
+        meta.namespace.as_deref(),
+        meta.name.as_deref(),
+    ) {
+        (Some(ns), Some(name)) if !ns.is_empty() && !name.is_empty() => {
+            Some((ns.to_owned(), name.to_owned()))
+        }
+        _ => {
+            skipped += 1;
+            None
+        }
+    };
+    fn insert<T>(map: &mut HashMap<NsName, T>, key: Option<NsName>, value: T) {
+        if let Some(key) = key {
+            map.insert(key, value);
+        }
+    }
+    for rs in c.replicasets {
+        insert(&mut objects.replicasets, key(&rs.metadata), rs);
+    }
+    for d in c.deployments {
+        insert(&mut objects.deployments, key(&d.metadata), d);
+    }
+    for s in c.statefulsets {
+        insert(&mut objects.statefulsets, key(&s.metadata), s);
+    }
+    for d in c.daemonsets {
+        insert(&mut objects.daemonsets, key(&d.metadata), d);
+    }
+    for j in c.jobs {
+        insert(&mut objects.jobs, key(&j.metadata), j);
+    }
+    for j in c.cronjobs {
+        insert(&mut objects.cronjobs, key(&j.metadata), j);
+    }
+    let mut pods = Vec::with_capacity(c.pods.len());
+    for pod in c.pods {
+        let Some((namespace, name)) = key(&pod.metadata) else {
+            continue;
+        };
+        pods.push((namespace, name, pod));
+    }
+    for (namespace, name, pod) in pods {
+        let mut ips = Vec::new();
+        let status = pod.status.as_ref();
+        let listed = status
+            .and_then(|s| s.pod_ips.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|p| p.ip.as_str());
+        for text in listed
+            .chain(status.and_then(|s| s.pod_ip.as_deref()))
+            .filter(|t| !t.is_empty())
+        {
+            match text.parse::<IpAddr>() {
+                Ok(ip) if !ips.contains(&ip) => ips.push(ip),
+                Ok(_) => {}
+                Err(_) => skipped += 1,
+            }
+        }
+        objects.pods.push(PodObject {
+            namespace,
+            name,
+            pod,
+            ips,
+        });
+    }
+    for ns in c.namespaces {
+        match ns.metadata.name.filter(|n| !n.is_empty()) {
+            Some(name) => {
+                objects
+                    .namespaces
+                    .insert(name, ns.metadata.labels.unwrap_or_default());
+            }
+            None => skipped += 1,
+        }
+    }
+    (objects, skipped)
+}

@@ -958,3 +958,69 @@ metadata:
         )
     );
 }
+
+#[test]
+fn live_objects_resolve_exactly_as_their_yaml_does() {
+    let from_yaml = snapshot();
+    let mut live = ClusterObjects::default();
+    for text in OBJECTS {
+        let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
+        let kind = value["kind"].as_str().unwrap_or_default().to_owned();
+        let v = value.clone();
+        match kind.as_str() {
+            "Namespace" => live.namespaces.push(serde_json::from_value(v).unwrap()),
+            "Pod" => live.pods.push(serde_json::from_value(v).unwrap()),
+            "ReplicaSet" => live.replicasets.push(serde_json::from_value(v).unwrap()),
+            "Deployment" => live.deployments.push(serde_json::from_value(v).unwrap()),
+            "StatefulSet" => live.statefulsets.push(serde_json::from_value(v).unwrap()),
+            "DaemonSet" => live.daemonsets.push(serde_json::from_value(v).unwrap()),
+            "Job" => live.jobs.push(serde_json::from_value(v).unwrap()),
+            "CronJob" => live.cronjobs.push(serde_json::from_value(v).unwrap()),
+            _ => {}
+        }
+    }
+    // A pod without a namespace and an address that does not parse are counted, not fatal.
+    let mut broken: k8s_openapi::api::core::v1::Pod = live.pods[0].clone();
+    broken.metadata.namespace = None;
+    live.pods.push(broken);
+    live.pods[0].status.get_or_insert_default().pod_ips =
+        Some(vec![k8s_openapi::api::core::v1::PodIP {
+            ip: "not-an-ip".to_owned(),
+        }]);
+    let (from_live, skipped) = ClusterSnapshot::from_objects(live);
+    assert_eq!(skipped, 2);
+    assert_eq!(
+        (
+            from_live.pod_count(),
+            from_live.workload_count(),
+            from_live.namespace_count()
+        ),
+        (
+            from_yaml.pod_count(),
+            from_yaml.workload_count(),
+            from_yaml.namespace_count()
+        )
+    );
+    let endpoints = [
+        pod_id("shop", "orders-7d9f8c6b5-x2x4q"),
+        pod_id("shop", "orders-db-0"),
+        pod_id("ops", "report-28900000-q8z7k"),
+        pod_id("lonely", "solo"),
+        group("shop", "orders-"),
+        group("monitoring", "node-agent-"),
+        Endpoint::new(EndpointId::External(ip("10.0.0.30"))),
+        Endpoint::new(EndpointId::Workload(workload(
+            "shop",
+            WorkloadKind::Deployment,
+            "orders",
+        ))),
+    ];
+    for e in &endpoints {
+        assert!(
+            matches!(from_live.resolve(e), Resolution::Pod(_)),
+            "{}",
+            e.id
+        );
+        assert_eq!(from_live.resolve(e), from_yaml.resolve(e), "{}", e.id);
+    }
+}

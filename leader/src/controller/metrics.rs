@@ -1,0 +1,98 @@
+//! The controller's instruments (ARCHITECTURE §5 names, prefix `network_enforcer_`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+/// `{kind, verb}` of an API write.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    pub kind: &'static str,
+    pub verb: &'static str,
+}
+
+/// `{controller, error_type}` of a failed step.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub controller: &'static str,
+    pub error_type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    pub controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
+/// The controller's metrics.
+#[derive(Debug)]
+pub struct ControllerMetrics {
+    pub api_writes: Family<WriteLabels, Counter>,
+    pub api_writes_deferred: Counter,
+    pub reconcile_errors: Family<ErrorLabels, Counter>,
+    pub reconcile_duration: Family<ControllerLabel, Histogram>,
+    /// Learned proposals left out in the last round, by reason.
+    pub proposals_skipped: Family<ReasonLabel, Gauge>,
+    /// Cluster objects the resolver left out in the last round (no name, bad address).
+    pub objects_skipped: Gauge,
+}
+
+impl Default for ControllerMetrics {
+    fn default() -> Self {
+        ControllerMetrics {
+            api_writes: Family::default(),
+            api_writes_deferred: Counter::default(),
+            reconcile_errors: Family::default(),
+            // 1 ms to about 65 s.
+            reconcile_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 4.0, 9))
+            }),
+            proposals_skipped: Family::default(),
+            objects_skipped: Gauge::default(),
+        }
+    }
+}
+
+impl ControllerMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("network_enforcer");
+        r.register(
+            "leader_api_writes",
+            "Writes to the API server, by kind and verb (apply, create, delete, event)",
+            self.api_writes.clone(),
+        );
+        r.register(
+            "leader_api_writes_deferred",
+            "Writes left for the next round by the client-side rate limit",
+            self.api_writes_deferred.clone(),
+        );
+        r.register(
+            "leader_reconcile_errors",
+            "Failed reconcile steps, by controller and error type",
+            self.reconcile_errors.clone(),
+        );
+        r.register_with_unit(
+            "leader_reconcile_duration",
+            "Duration of a reconcile round (plan and writes), by controller",
+            Unit::Seconds,
+            self.reconcile_duration.clone(),
+        );
+        r.register(
+            "leader_proposals_skipped",
+            "Learned proposals not written in the last round, by reason",
+            self.proposals_skipped.clone(),
+        );
+        r.register(
+            "leader_cluster_objects_skipped",
+            "Cluster objects the resolver left out in the last round (no name, bad address)",
+            self.objects_skipped.clone(),
+        );
+    }
+}

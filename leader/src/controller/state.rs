@@ -1,0 +1,206 @@
+//! The cluster as the controller sees it: one reflector per kind, started on every replica
+//! (standbys keep their caches warm, STYLE.md 7), read as plain snapshots each round.
+//!
+//! Objects are stored without `managedFields` (and pods without their annotations), which
+//! are most of their size and of no use here.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{Namespace, Pod, PodTemplateSpec};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use ne_crds::{
+    AuthorizationPolicy, TargetKind, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
+};
+use ne_shared::resolve::{ClusterObjects, ClusterSnapshot};
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+
+use super::plan::{Workload, WorkloadKey};
+
+/// The reflector stores.
+#[derive(Clone)]
+pub struct Stores {
+    namespaces: Store<Namespace>,
+    pods: Store<Pod>,
+    replicasets: Store<ReplicaSet>,
+    deployments: Store<Deployment>,
+    statefulsets: Store<StatefulSet>,
+    daemonsets: Store<DaemonSet>,
+    jobs: Store<Job>,
+    cronjobs: Store<CronJob>,
+    pub proposals: Store<WorkloadNetworkPolicyProposal>,
+    pub policies: Store<WorkloadNetworkPolicy>,
+    pub network_policies: Store<NetworkPolicy>,
+    /// `None` when Istio's AuthorizationPolicy CRD is not served.
+    pub authorization_policies: Option<Store<AuthorizationPolicy>>,
+}
+
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stores")
+            .field("pods", &self.pods.state().len())
+            .field("proposals", &self.proposals.state().len())
+            .field("policies", &self.policies.state().len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts a reflector for `K` cluster-wide; the task runs until dropped (aborted).
+fn reflect<K>(client: &Client, tasks: &mut Vec<JoinHandle<()>>) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    let api: Api<K> = Api::all(client.clone());
+    let (reader, writer) = reflector::store();
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let stream = watcher(api, watcher::Config::default().any_semantic())
+        .map_ok(|event| {
+            event.modify(|o| {
+                o.meta_mut().managed_fields = None;
+            })
+        })
+        .default_backoff();
+    tasks.push(tokio::spawn(async move {
+        reflector::reflector(writer, stream)
+            .for_each(|event| {
+                if let Err(error) = event {
+                    tracing::warn!(%kind, %error, "watch failed; retrying with backoff");
+                }
+                futures::future::ready(())
+            })
+            .await;
+    }));
+    reader
+}
+
+impl Stores {
+    /// Starts every reflector. `istio`: whether to watch AuthorizationPolicies (the CRD is
+    /// served, see [`authorization_policies_served`]).
+    pub fn start(client: &Client, istio: bool) -> (Self, Vec<JoinHandle<()>>) {
+        let mut tasks = Vec::new();
+        let stores = Stores {
+            namespaces: reflect(client, &mut tasks),
+            pods: reflect(client, &mut tasks),
+            replicasets: reflect(client, &mut tasks),
+            deployments: reflect(client, &mut tasks),
+            statefulsets: reflect(client, &mut tasks),
+            daemonsets: reflect(client, &mut tasks),
+            jobs: reflect(client, &mut tasks),
+            cronjobs: reflect(client, &mut tasks),
+            proposals: reflect(client, &mut tasks),
+            policies: reflect(client, &mut tasks),
+            network_policies: reflect(client, &mut tasks),
+            authorization_policies: istio.then(|| reflect(client, &mut tasks)),
+        };
+        (stores, tasks)
+    }
+
+    /// Waits until every store holds its first complete list.
+    pub async fn ready(&self) -> anyhow::Result<()> {
+        // Sequential waits: the lists run concurrently anyway, in their own tasks.
+        self.namespaces.wait_until_ready().await?;
+        self.pods.wait_until_ready().await?;
+        self.replicasets.wait_until_ready().await?;
+        self.deployments.wait_until_ready().await?;
+        self.statefulsets.wait_until_ready().await?;
+        self.daemonsets.wait_until_ready().await?;
+        self.jobs.wait_until_ready().await?;
+        self.cronjobs.wait_until_ready().await?;
+        self.proposals.wait_until_ready().await?;
+        self.policies.wait_until_ready().await?;
+        self.network_policies.wait_until_ready().await?;
+        if let Some(aps) = &self.authorization_policies {
+            aps.wait_until_ready().await?;
+        }
+        Ok(())
+    }
+
+    /// The resolver over the current objects, and the count of objects it left out.
+    pub fn snapshot(&self) -> (ClusterSnapshot, usize) {
+        ClusterSnapshot::from_objects(ClusterObjects {
+            namespaces: owned(&self.namespaces),
+            pods: owned(&self.pods),
+            replicasets: owned(&self.replicasets),
+            deployments: owned(&self.deployments),
+            statefulsets: owned(&self.statefulsets),
+            daemonsets: owned(&self.daemonsets),
+            jobs: owned(&self.jobs),
+            cronjobs: owned(&self.cronjobs),
+        })
+    }
+
+    /// Deployments, StatefulSets and DaemonSets: the possible proposal owners.
+    pub fn workloads(&self) -> BTreeMap<WorkloadKey, Workload> {
+        let mut out = BTreeMap::new();
+        let mut add = |meta: &kube::api::ObjectMeta, kind, template: &PodTemplateSpec| {
+            if let (Some(ns), Some(name), Some(uid)) = (&meta.namespace, &meta.name, &meta.uid) {
+                let service_account = template
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.service_account_name.clone())
+                    .filter(|s| !s.is_empty());
+                out.insert(
+                    (ns.clone(), kind, name.clone()),
+                    Workload {
+                        uid: uid.clone(),
+                        service_account,
+                    },
+                );
+            }
+        };
+        for d in self.deployments.state() {
+            if let Some(spec) = &d.spec {
+                add(&d.metadata, TargetKind::Deployment, &spec.template);
+            }
+        }
+        for s in self.statefulsets.state() {
+            if let Some(spec) = &s.spec {
+                add(&s.metadata, TargetKind::StatefulSet, &spec.template);
+            }
+        }
+        for d in self.daemonsets.state() {
+            if let Some(spec) = &d.spec {
+                add(&d.metadata, TargetKind::DaemonSet, &spec.template);
+            }
+        }
+        out
+    }
+}
+
+/// Owned copies of a store's objects, in a stable order (namespace, name).
+pub fn owned<K>(store: &Store<K>) -> Vec<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    let mut items: Vec<Arc<K>> = store.state();
+    items.sort_by(|a, b| {
+        (&a.meta().namespace, &a.meta().name).cmp(&(&b.meta().namespace, &b.meta().name))
+    });
+    items.into_iter().map(|k| (*k).clone()).collect()
+}
+
+/// Whether the API server serves `security.istio.io/v1` AuthorizationPolicies.
+pub async fn authorization_policies_served(client: &Client) -> anyhow::Result<bool> {
+    match client
+        .list_api_group_resources("security.istio.io/v1")
+        .await
+    {
+        Ok(list) => Ok(list
+            .resources
+            .iter()
+            .any(|r| r.name == "authorizationpolicies")),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(error) => Err(error.into()),
+    }
+}

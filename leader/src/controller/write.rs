@@ -1,0 +1,428 @@
+//! Carries a [`Plan`] out against the API server: server-side apply with one field manager
+//! for objects the controller already wrote (their uid a precondition), create for new
+//! ones (an object that appeared meanwhile is never taken over), deletes with a uid
+//! precondition, Events once per object version. A client-side token bucket bounds the
+//! write rate; what it holds back is planned again next round. Leadership is checked
+//! before every write (STYLE.md 7).
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::{Api, Client, Resource};
+use ne_crds::{AuthorizationPolicy, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use super::metrics::{ControllerMetrics, ErrorLabels, WriteLabels};
+use super::plan::{Action, Event, ObjectKey, Plan};
+use crate::ingest::Leadership;
+
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "network-enforcer";
+
+/// Events remembered (by key) so each is recorded once.
+const EVENT_MEMORY: usize = 10_000;
+
+/// A token bucket: `rate` writes per second, bursts of `burst`.
+#[derive(Debug)]
+pub struct Budget {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Budget {
+    pub fn new(rate: f64, burst: u32) -> Self {
+        Budget {
+            rate,
+            burst: f64::from(burst),
+            tokens: f64::from(burst),
+            at: Instant::now(),
+        }
+    }
+
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * self.rate;
+        self.tokens = (self.tokens + refill).min(self.burst);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// What one round of writes did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub written: usize,
+    pub deferred: usize,
+    pub failed: usize,
+}
+
+pub struct Writer {
+    client: Client,
+    recorder: Recorder,
+    told: HashSet<String>,
+    told_order: VecDeque<String>,
+    budget: Budget,
+    metrics: Arc<ControllerMetrics>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a write failed, bounded for the metric label.
+fn error_type(error: &kube::Error) -> &'static str {
+    match error {
+        kube::Error::Api(s) if s.code == 409 => "conflict",
+        kube::Error::Api(s) if s.code == 404 => "not_found",
+        kube::Error::Api(s) if s.code == 403 => "forbidden",
+        kube::Error::Api(s) if s.code == 422 => "invalid",
+        kube::Error::Api(s) if s.code == 429 => "throttled",
+        kube::Error::Api(_) => "api",
+        _ => "transport",
+    }
+}
+
+fn is_code(result: &Result<(), kube::Error>, code: u16) -> bool {
+    matches!(result, Err(kube::Error::Api(s)) if s.code == code)
+}
+
+impl Writer {
+    /// `instance`: this replica's identity (the Events' reporting instance).
+    pub fn new(
+        client: Client,
+        instance: &str,
+        budget: Budget,
+        metrics: Arc<ControllerMetrics>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.to_owned(),
+            instance: Some(instance.to_owned()),
+        };
+        Writer {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            told: HashSet::new(),
+            told_order: VecDeque::new(),
+            budget,
+            metrics,
+        }
+    }
+
+    /// Carries out `plan` in order while this replica leads.
+    pub async fn execute(&mut self, plan: Plan, leader: &dyn Leadership) -> Outcome {
+        let mut outcome = Outcome::default();
+        for action in plan.actions {
+            if let Action::Event(e) = &action
+                && self.told.contains(&e.key)
+            {
+                continue;
+            }
+            if !leader.is_leader() {
+                tracing::warn!("lost the Lease: the rest of this round is not written");
+                break;
+            }
+            if !self.budget.take() {
+                outcome.deferred += 1;
+                self.metrics.api_writes_deferred.inc();
+                continue;
+            }
+            match self.one(action).await {
+                Ok(()) => outcome.written += 1,
+                Err((kind, verb, error)) => {
+                    outcome.failed += 1;
+                    self.metrics
+                        .reconcile_errors
+                        .get_or_create(&ErrorLabels {
+                            controller: "writer",
+                            error_type: error_type(&error),
+                        })
+                        .inc();
+                    tracing::warn!(kind, verb, error = %error, "API write failed; planned again next round");
+                }
+            }
+        }
+        outcome
+    }
+
+    fn count(&self, kind: &'static str, verb: &'static str) {
+        self.metrics
+            .api_writes
+            .get_or_create(&WriteLabels { kind, verb })
+            .inc();
+    }
+
+    async fn one(
+        &mut self,
+        action: Action,
+    ) -> Result<(), (&'static str, &'static str, kube::Error)> {
+        match action {
+            Action::ApplyProposal {
+                object,
+                spec,
+                status,
+            } => {
+                let kind = "WorkloadNetworkPolicyProposal";
+                let api: Api<WorkloadNetworkPolicyProposal> =
+                    Api::namespaced(self.client.clone(), ns(&*object));
+                if spec {
+                    let mut body = (*object).clone();
+                    body.status = None;
+                    self.upsert(&api, kind, &body).await?;
+                }
+                if status {
+                    self.apply_status(&api, kind, &*object, &object.status)
+                        .await?;
+                }
+                Ok(())
+            }
+            Action::DeleteProposal { key, reason } => {
+                tracing::info!(proposal = %key, reason, "deleting proposal");
+                let api: Api<WorkloadNetworkPolicyProposal> =
+                    Api::namespaced(self.client.clone(), &key.namespace);
+                self.delete(&api, "WorkloadNetworkPolicyProposal", &key)
+                    .await
+            }
+            Action::Promote { policy, proposal } => self.promote(*policy, proposal).await,
+            Action::ApplyPolicyStatus {
+                key,
+                observed_generation,
+                conditions,
+            } => {
+                let api: Api<WorkloadNetworkPolicy> =
+                    Api::namespaced(self.client.clone(), &key.namespace);
+                let body = serde_json::json!({
+                    "apiVersion": WorkloadNetworkPolicy::api_version(&()),
+                    "kind": WorkloadNetworkPolicy::kind(&()),
+                    "metadata": { "name": key.name, "namespace": key.namespace },
+                    "status": { "observedGeneration": observed_generation, "conditions": conditions },
+                });
+                self.count("WorkloadNetworkPolicy", "apply_status");
+                api.patch_status(&key.name, &apply_params(), &Patch::Apply(&body))
+                    .await
+                    .map(drop)
+                    .map_err(|e| ("WorkloadNetworkPolicy", "apply_status", e))
+            }
+            Action::ApplyNetworkPolicy(np) => {
+                let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), ns(&*np));
+                self.upsert(&api, "NetworkPolicy", &*np).await
+            }
+            Action::DeleteNetworkPolicy(key) => {
+                let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), &key.namespace);
+                self.delete(&api, "NetworkPolicy", &key).await
+            }
+            Action::ApplyAuthorizationPolicy(ap) => {
+                let api: Api<AuthorizationPolicy> = Api::namespaced(self.client.clone(), ns(&*ap));
+                self.upsert(&api, "AuthorizationPolicy", &*ap).await
+            }
+            Action::DeleteAuthorizationPolicy(key) => {
+                let api: Api<AuthorizationPolicy> =
+                    Api::namespaced(self.client.clone(), &key.namespace);
+                self.delete(&api, "AuthorizationPolicy", &key).await
+            }
+            Action::Event(e) => self.event(e).await,
+        }
+    }
+
+    /// Apply when the object carries the uid of the one we wrote (a precondition), create
+    /// otherwise.
+    async fn upsert<K>(
+        &self,
+        api: &Api<K>,
+        kind: &'static str,
+        object: &K,
+    ) -> Result<(), (&'static str, &'static str, kube::Error)>
+    where
+        K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    {
+        let name = object.meta().name.clone().unwrap_or_default();
+        if object.meta().uid.is_some() {
+            self.count(kind, "apply");
+            api.patch(&name, &apply_params(), &Patch::Apply(object))
+                .await
+                .map(drop)
+                .map_err(|e| (kind, "apply", e))
+        } else {
+            self.count(kind, "create");
+            let params = PostParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PostParams::default()
+            };
+            api.create(&params, object)
+                .await
+                .map(drop)
+                .map_err(|e| (kind, "create", e))
+        }
+    }
+
+    async fn apply_status<K, S: Serialize>(
+        &self,
+        api: &Api<K>,
+        kind: &'static str,
+        object: &K,
+        status: &S,
+    ) -> Result<(), (&'static str, &'static str, kube::Error)>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        let name = object.meta().name.clone().unwrap_or_default();
+        let body = serde_json::json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "metadata": { "name": name, "namespace": object.meta().namespace },
+            "status": status,
+        });
+        self.count(kind, "apply_status");
+        api.patch_status(&name, &apply_params(), &Patch::Apply(&body))
+            .await
+            .map(drop)
+            .map_err(|e| (kind, "apply_status", e))
+    }
+
+    async fn delete<K>(
+        &self,
+        api: &Api<K>,
+        kind: &'static str,
+        key: &ObjectKey,
+    ) -> Result<(), (&'static str, &'static str, kube::Error)>
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        self.count(kind, "delete");
+        let params = DeleteParams {
+            preconditions: key.uid.clone().map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let result = api.delete(&key.name, &params).await.map(drop);
+        if is_code(&result, 404) {
+            return Ok(());
+        }
+        result.map_err(|e| (kind, "delete", e))
+    }
+
+    async fn promote(
+        &mut self,
+        policy: WorkloadNetworkPolicy,
+        proposal: ObjectKey,
+    ) -> Result<(), (&'static str, &'static str, kube::Error)> {
+        let kind = "WorkloadNetworkPolicy";
+        let api: Api<WorkloadNetworkPolicy> =
+            Api::namespaced(self.client.clone(), &proposal.namespace);
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        self.count(kind, "create");
+        match api.create(&params, &policy).await {
+            Ok(created) => {
+                tracing::info!(policy = %proposal, mode = ?created.spec.mode, "proposal promoted");
+                let event = Event {
+                    kind,
+                    regarding: ObjectKey::of(&created),
+                    warning: false,
+                    reason: "Promoted",
+                    note: format!(
+                        "promoted from WorkloadNetworkPolicyProposal {proposal} in {:?} mode",
+                        created.spec.mode
+                    ),
+                    key: format!(
+                        "{}:promoted",
+                        created.metadata.uid.as_deref().unwrap_or_default()
+                    ),
+                };
+                // The Event is best effort: the promotion itself has happened.
+                if let Err((_, _, error)) = self.event(event).await {
+                    tracing::warn!(%error, "cannot record the Promoted event");
+                }
+                let proposals: Api<WorkloadNetworkPolicyProposal> =
+                    Api::namespaced(self.client.clone(), &proposal.namespace);
+                self.delete(&proposals, "WorkloadNetworkPolicyProposal", &proposal)
+                    .await
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let event = Event {
+                    kind: "WorkloadNetworkPolicyProposal",
+                    regarding: proposal.clone(),
+                    warning: true,
+                    reason: "PromotionConflict",
+                    note: format!(
+                        "WorkloadNetworkPolicy {proposal} appeared meanwhile: nothing was \
+                         overwritten and the proposal is kept"
+                    ),
+                    key: format!(
+                        "{}:promotion-raced",
+                        proposal.uid.as_deref().unwrap_or_default()
+                    ),
+                };
+                self.event(event).await
+            }
+            Err(error) => Err((kind, "create", error)),
+        }
+    }
+
+    async fn event(&mut self, e: Event) -> Result<(), (&'static str, &'static str, kube::Error)> {
+        let reference = ObjectReference {
+            api_version: Some(ne_crds::WorkloadNetworkPolicy::api_version(&()).into_owned()),
+            kind: Some(e.kind.to_owned()),
+            name: Some(e.regarding.name.clone()),
+            namespace: Some(e.regarding.namespace.clone()),
+            uid: e.regarding.uid.clone(),
+            ..ObjectReference::default()
+        };
+        let event = KubeEvent {
+            type_: if e.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: e.reason.to_owned(),
+            note: Some(e.note),
+            action: "Reconcile".to_owned(),
+            secondary: None,
+        };
+        self.count(e.kind, "event");
+        self.recorder
+            .publish(&event, &reference)
+            .await
+            .map_err(|error| (e.kind, "event", error))?;
+        if self.told_order.len() >= EVENT_MEMORY
+            && let Some(old) = self.told_order.pop_front()
+        {
+            self.told.remove(&old);
+        }
+        self.told.insert(e.key.clone());
+        self.told_order.push_back(e.key);
+        Ok(())
+    }
+}
+
+fn ns<K: Resource>(object: &K) -> &str {
+    object.meta().namespace.as_deref().unwrap_or_default()
+}
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force()
+}
+
+/// How long a failing round waits before the next (the flush interval bounds it too).
+pub const RETRY_AFTER: Duration = Duration::from_secs(5);
