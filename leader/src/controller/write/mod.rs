@@ -426,3 +426,6 @@ fn apply_params() -> PatchParams {
 
 /// How long a failing round waits before the next (the flush interval bounds it too).
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+#[cfg(test)]
+mod tests;

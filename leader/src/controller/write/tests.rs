@@ -1,0 +1,418 @@
+//! The writer against a scripted API server (tower-test, STYLE.md 15): each test lists the
+//! requests it expects, in order, with method, path, query and body, and what the server
+//! answers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use http::{Request, Response, StatusCode};
+use kube::Client;
+use kube::client::Body;
+use ne_crds::{
+    Backend, Mode, PROMOTED_FROM_LABEL, PolicyDirection, TargetKind, TargetRef,
+    WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal, WorkloadNetworkPolicyProposalSpec,
+    WorkloadNetworkPolicyProposalStatus, WorkloadNetworkPolicySpec,
+};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::controller::plan::{Action, Event, ObjectKey, Plan};
+
+struct Leading(AtomicBool);
+
+impl Leadership for Leading {
+    fn is_leader(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+fn leading() -> Leading {
+    Leading(AtomicBool::new(true))
+}
+
+/// One expected request and the answer.
+struct Step {
+    method: &'static str,
+    /// Path and query, exactly.
+    uri: String,
+    check: Box<dyn Fn(&Value) + Send>,
+    status: u16,
+    answer: Box<dyn Fn(&Value) -> Value + Send>,
+}
+
+fn step(
+    method: &'static str,
+    uri: impl Into<String>,
+    check: impl Fn(&Value) + Send + 'static,
+    status: u16,
+    answer: impl Fn(&Value) -> Value + Send + 'static,
+) -> Step {
+    Step {
+        method,
+        uri: uri.into(),
+        check: Box::new(check),
+        status,
+        answer: Box::new(answer),
+    }
+}
+
+/// The request body, with a uid added: what an API server returns for a write.
+fn echo(body: &Value) -> Value {
+    let mut out = body.clone();
+    out["metadata"]["uid"] = json!("uid-new");
+    out["metadata"]["resourceVersion"] = json!("7");
+    out
+}
+
+fn status(code: u16, reason: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason, "message": reason})
+}
+
+/// Runs `plan` against a server that expects exactly `steps`; returns the outcome.
+async fn run(plan: Plan, steps: Vec<Step>, budget: Budget, leader: &Leading) -> Outcome {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let server = tokio::spawn(async move {
+        for (i, step) in steps.into_iter().enumerate() {
+            let (request, respond) = handle
+                .next_request()
+                .await
+                .unwrap_or_else(|| panic!("request {i} ({} {}) never came", step.method, step.uri));
+            assert_eq!(request.method().as_str(), step.method, "request {i}");
+            assert_eq!(
+                request.uri().path_and_query().map(|p| p.as_str()),
+                Some(step.uri.as_str()),
+                "request {i}"
+            );
+            let bytes = request.into_body().collect_bytes().await.unwrap();
+            let body: Value = if bytes.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice(&bytes).unwrap()
+            };
+            (step.check)(&body);
+            let answer = (step.answer)(&body);
+            respond.send_response(
+                Response::builder()
+                    .status(StatusCode::from_u16(step.status).unwrap())
+                    .header("content-type", "application/json")
+                    .body(Body::from(serde_json::to_vec(&answer).unwrap()))
+                    .unwrap(),
+            );
+        }
+        // Nothing else may be asked.
+        assert!(
+            handle.next_request().await.is_none(),
+            "an unexpected request"
+        );
+    });
+    let client = Client::new(service, "default");
+    let mut writer = Writer::new(client, "leader-0", budget, Arc::default());
+    let outcome = writer.execute(plan, leader).await;
+    drop(writer);
+    server.await.unwrap();
+    outcome
+}
+
+fn plenty() -> Budget {
+    Budget::new(1000.0, 1000)
+}
+
+const WNP: &str =
+    "/apis/networkenforcer.kubewarden.io/v1alpha1/namespaces/shop/workloadnetworkpolicies";
+const WNPP: &str =
+    "/apis/networkenforcer.kubewarden.io/v1alpha1/namespaces/shop/workloadnetworkpolicyproposals";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/shop/events";
+const CREATE: &str = "?&fieldManager=network-enforcer";
+const APPLY: &str = "?&force=true&fieldManager=network-enforcer";
+
+fn spec() -> WorkloadNetworkPolicyProposalSpec {
+    WorkloadNetworkPolicyProposalSpec {
+        backend: Backend::Kubernetes,
+        kubernetes: Some(Default::default()),
+        istio: None,
+        target_ref: TargetRef {
+            kind: TargetKind::Deployment,
+            name: "api".to_owned(),
+        },
+        direction: PolicyDirection::Ingress,
+    }
+}
+
+fn proposal_key() -> ObjectKey {
+    ObjectKey {
+        namespace: "shop".to_owned(),
+        name: "deployment-api-ingress".to_owned(),
+        uid: Some("uid-p".to_owned()),
+    }
+}
+
+fn promotion() -> Action {
+    let s = spec();
+    let mut policy = WorkloadNetworkPolicy::new(
+        "deployment-api-ingress",
+        WorkloadNetworkPolicySpec {
+            backend: s.backend,
+            kubernetes: s.kubernetes,
+            istio: None,
+            target_ref: s.target_ref,
+            direction: s.direction,
+            mode: Mode::Protect,
+        },
+    );
+    policy.metadata.namespace = Some("shop".to_owned());
+    policy.metadata.labels = Some(
+        [(
+            PROMOTED_FROM_LABEL.to_owned(),
+            "deployment-api-ingress".to_owned(),
+        )]
+        .into(),
+    );
+    Action::Promote {
+        policy: Box::new(policy),
+        proposal: proposal_key(),
+    }
+}
+
+#[tokio::test]
+async fn promotion_creates_the_policy_records_an_event_and_deletes_the_proposal() {
+    let plan = Plan {
+        actions: vec![promotion()],
+        ..Plan::default()
+    };
+    let steps = vec![
+        step(
+            "POST",
+            format!("{WNP}{CREATE}"),
+            |b| {
+                assert_eq!(b["spec"]["mode"], "protect");
+                assert_eq!(
+                    b["metadata"]["labels"][PROMOTED_FROM_LABEL],
+                    "deployment-api-ingress"
+                );
+            },
+            201,
+            echo,
+        ),
+        step(
+            "POST",
+            format!("{EVENTS}?"),
+            |b| {
+                assert_eq!(
+                    (b["type"].as_str(), b["reason"].as_str()),
+                    (Some("Normal"), Some("Promoted"))
+                );
+                assert_eq!(b["regarding"]["kind"], "WorkloadNetworkPolicy");
+                assert_eq!(b["regarding"]["uid"], "uid-new");
+            },
+            201,
+            echo,
+        ),
+        step(
+            "DELETE",
+            format!("{WNPP}/deployment-api-ingress?"),
+            |b| assert_eq!(b["preconditions"]["uid"], "uid-p"),
+            200,
+            |_| json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+        ),
+    ];
+    let outcome = run(plan, steps, plenty(), &leading()).await;
+    assert_eq!(
+        outcome,
+        Outcome {
+            written: 1,
+            deferred: 0,
+            failed: 0
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_policy_that_appeared_meanwhile_keeps_the_proposal_and_warns() {
+    let plan = Plan {
+        actions: vec![promotion()],
+        ..Plan::default()
+    };
+    let steps = vec![
+        step(
+            "POST",
+            format!("{WNP}{CREATE}"),
+            |_| {},
+            409,
+            |_| status(409, "AlreadyExists"),
+        ),
+        step(
+            "POST",
+            format!("{EVENTS}?"),
+            |b| {
+                assert_eq!(
+                    (b["type"].as_str(), b["reason"].as_str()),
+                    (Some("Warning"), Some("PromotionConflict"))
+                );
+                assert_eq!(b["regarding"]["kind"], "WorkloadNetworkPolicyProposal");
+                assert_eq!(b["regarding"]["uid"], "uid-p");
+            },
+            201,
+            echo,
+        ),
+    ];
+    let outcome = run(plan, steps, plenty(), &leading()).await;
+    assert_eq!(outcome.failed, 0);
+}
+
+fn new_proposal() -> WorkloadNetworkPolicyProposal {
+    let mut p = WorkloadNetworkPolicyProposal::new("deployment-api-ingress", spec());
+    p.metadata.namespace = Some("shop".to_owned());
+    p.status = Some(WorkloadNetworkPolicyProposalStatus {
+        flow_count: 42,
+        ..Default::default()
+    });
+    p
+}
+
+#[tokio::test]
+async fn a_new_proposal_is_created_then_its_status_applied() {
+    let plan = Plan {
+        actions: vec![Action::ApplyProposal {
+            object: Box::new(new_proposal()),
+            spec: true,
+            status: true,
+        }],
+        ..Plan::default()
+    };
+    let steps = vec![
+        step(
+            "POST",
+            format!("{WNPP}{CREATE}"),
+            |b| {
+                assert!(
+                    b.get("status").is_none(),
+                    "the create carries no status: {b}"
+                );
+                assert_eq!(b["spec"]["targetRef"]["name"], "api");
+            },
+            201,
+            echo,
+        ),
+        step(
+            "PATCH",
+            format!("{WNPP}/deployment-api-ingress/status{APPLY}"),
+            |b| {
+                assert_eq!(b["status"]["flowCount"], 42);
+                assert_eq!(b["kind"], "WorkloadNetworkPolicyProposal");
+            },
+            200,
+            // The server answers with the whole object.
+            |_| echo(&serde_json::to_value(new_proposal()).unwrap()),
+        ),
+    ];
+    let outcome = run(plan, steps, plenty(), &leading()).await;
+    assert_eq!(
+        outcome,
+        Outcome {
+            written: 1,
+            deferred: 0,
+            failed: 0
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_known_object_is_applied_with_its_uid_as_precondition() {
+    let mut np = k8s_openapi::api::networking::v1::NetworkPolicy::default();
+    np.metadata.name = Some("deployment-api-ingress".to_owned());
+    np.metadata.namespace = Some("shop".to_owned());
+    np.metadata.uid = Some("uid-np".to_owned());
+    let plan = Plan {
+        actions: vec![Action::ApplyNetworkPolicy(Box::new(np))],
+        ..Plan::default()
+    };
+    let steps = vec![step(
+        "PATCH",
+        format!(
+            "/apis/networking.k8s.io/v1/namespaces/shop/networkpolicies/deployment-api-ingress{APPLY}"
+        ),
+        |b| {
+            assert_eq!(b["metadata"]["uid"], "uid-np");
+            assert_eq!(b["kind"], "NetworkPolicy");
+        },
+        200,
+        echo,
+    )];
+    let outcome = run(plan, steps, plenty(), &leading()).await;
+    assert_eq!(outcome.written, 1);
+}
+
+fn warning(key: &str) -> Action {
+    Action::Event(Event {
+        kind: "WorkloadNetworkPolicyProposal",
+        regarding: proposal_key(),
+        warning: true,
+        reason: "InvalidPromoteLabel",
+        note: "bad".to_owned(),
+        key: key.to_owned(),
+    })
+}
+
+#[tokio::test]
+async fn an_event_is_recorded_once_per_key_and_failures_are_counted() {
+    let plan = Plan {
+        actions: vec![
+            warning("p@1:invalid"),
+            warning("p@1:invalid"),
+            // A delete the server refuses: counted, and the round goes on.
+            Action::DeleteNetworkPolicy(proposal_key()),
+            // Another event about the object is told.
+            Action::Event(Event {
+                reason: "PromotionConflict",
+                ..match warning("p@2:invalid") {
+                    Action::Event(e) => e,
+                    _ => unreachable!(),
+                }
+            }),
+        ],
+        ..Plan::default()
+    };
+    let steps = vec![
+        step("POST", format!("{EVENTS}?"), |_| {}, 201, echo),
+        step(
+            "DELETE",
+            "/apis/networking.k8s.io/v1/namespaces/shop/networkpolicies/deployment-api-ingress?",
+            |_| {},
+            403,
+            |_| status(403, "Forbidden"),
+        ),
+        step("POST", format!("{EVENTS}?"), |_| {}, 201, echo),
+    ];
+    let outcome = run(plan, steps, plenty(), &leading()).await;
+    assert_eq!(
+        outcome,
+        Outcome {
+            written: 2,
+            deferred: 0,
+            failed: 1
+        }
+    );
+}
+
+#[tokio::test]
+async fn the_write_budget_defers_and_a_lost_lease_stops_the_round() {
+    let plan = || Plan {
+        actions: vec![warning("a"), warning("b"), warning("c")],
+        ..Plan::default()
+    };
+    // A burst of one and no refill: one write, two deferred.
+    let steps = vec![step("POST", format!("{EVENTS}?"), |_| {}, 201, echo)];
+    let outcome = run(plan(), steps, Budget::new(0.0, 1), &leading()).await;
+    assert_eq!(
+        outcome,
+        Outcome {
+            written: 1,
+            deferred: 2,
+            failed: 0
+        }
+    );
+    // Not leading: nothing at all.
+    let standby = Leading(AtomicBool::new(false));
+    let outcome = run(plan(), Vec::new(), plenty(), &standby).await;
+    assert_eq!(outcome, Outcome::default());
+}
