@@ -16,7 +16,7 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::Context as _;
 use ne_crds::WorkloadNetworkPolicyProposal;
-use ne_shared::allowlist::{AggregatedEdge, LearnOptions};
+use ne_shared::allowlist::{AggregatedEdge, LearnOptions, LearnSummary};
 use ne_shared::edge::Provider;
 use ne_shared::index::MergedEdge;
 use ne_shared::resolve::{RecordOnly, Resolver};
@@ -61,7 +61,7 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on --ingest-address {}", args.ingest_address))?;
     let address = listener.local_addr()?;
-    let leadership = leadership(args).await?;
+    let (leadership, election) = leadership(args).await?;
     let auth: Arc<dyn Authenticator> = if args.insecure_ingest {
         tracing::warn!("--insecure-ingest: agent streams are NOT authenticated (development only)");
         Arc::new(Insecure)
@@ -167,6 +167,19 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     server.abort();
     metrics_server.abort();
+    let _ = server.await;
+    drop(controller);
+    drop(leadership);
+    // Every handle on the Lease is gone: the election task releases it, so a standby takes
+    // over at once instead of waiting for the Lease to expire.
+    if let Some(election) = election {
+        election.logger.abort();
+        let _ = election.logger.await;
+        match tokio::time::timeout(std::time::Duration::from_secs(5), election.task).await {
+            Ok(_) => tracing::info!("Lease released"),
+            Err(_) => tracing::warn!("the Lease was not released within 5 s; it will expire"),
+        }
+    }
     Ok(())
 }
 
@@ -186,20 +199,29 @@ impl Leadership for Leader {
     }
 }
 
-async fn leadership(args: &RunArgs) -> anyhow::Result<Leader> {
+/// The election's tasks, kept to release the Lease on shutdown.
+struct Election {
+    task: tokio::task::JoinHandle<
+        Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError>,
+    >,
+    /// Logs leadership changes; holds a handle on the Lease.
+    logger: tokio::task::JoinHandle<()>,
+}
+
+async fn leadership(args: &RunArgs) -> anyhow::Result<(Leader, Option<Election>)> {
     if args.standalone {
         tracing::warn!("--standalone: leading without a Lease (one replica, development only)");
-        return Ok(Leader::Always);
+        return Ok((Leader::Always, None));
     }
     let client = kube::Client::try_default()
         .await
         .context("no Kubernetes configuration (in-cluster or KUBECONFIG); use --standalone to run without a cluster")?;
     let identity = identity(args);
-    let (lease, _task) =
+    let (lease, task) =
         election::join(client, &args.lease_namespace, &args.lease_name, &identity).await?;
     tracing::info!(lease = %format!("{}/{}", args.lease_namespace, args.lease_name), %identity, "joined the leader election");
     let mut watch = lease.clone();
-    tokio::spawn(async move {
+    let logger = tokio::spawn(async move {
         while let Some(leading) = watch.changed().await {
             if leading {
                 tracing::info!("this replica now holds the Lease: accepting agent streams");
@@ -208,7 +230,7 @@ async fn leadership(args: &RunArgs) -> anyhow::Result<Leader> {
             }
         }
     });
-    Ok(Leader::Lease(lease))
+    Ok((Leader::Lease(lease), Some(Election { task, logger })))
 }
 
 /// This replica's identity: `--identity` (env `POD_NAME`), else the host name and the
@@ -251,13 +273,23 @@ pub fn render_with(
     provider: Provider,
     options: &LearnOptions,
 ) -> anyhow::Result<Vec<WorkloadNetworkPolicyProposal>> {
+    Ok(learn_merged(merged, resolver, provider, options)?.1)
+}
+
+/// The learn summary and proposals of the merged edges, endpoints resolved by `resolver`.
+pub fn learn_merged(
+    merged: &[MergedEdge],
+    resolver: &dyn Resolver,
+    provider: Provider,
+    options: &LearnOptions,
+) -> anyhow::Result<(LearnSummary, Vec<WorkloadNetworkPolicyProposal>)> {
     let edges = merged.iter().map(|m| AggregatedEdge {
         edge: &m.edge,
         count: m.count,
         first_seen: m.first_seen,
         last_seen: m.last_seen,
     });
-    Ok(proposals(edges, resolver, provider, options)?.1)
+    proposals(edges, resolver, provider, options)
 }
 
 async fn shutdown_signal() {

@@ -42,6 +42,10 @@ pub struct ControllerMetrics {
     pub proposals_skipped: Family<ReasonLabel, Gauge>,
     /// Cluster objects the resolver left out in the last round (no name, bad address).
     pub objects_skipped: Gauge,
+    /// Edges whose subject could not be resolved to a workload, by reason (last round).
+    pub unresolved_subjects: Family<ReasonLabel, Gauge>,
+    /// Edges whose peer a policy cannot express, by reason (last round).
+    pub unexpressible_peers: Family<ReasonLabel, Gauge>,
 }
 
 impl Default for ControllerMetrics {
@@ -56,6 +60,8 @@ impl Default for ControllerMetrics {
             }),
             proposals_skipped: Family::default(),
             objects_skipped: Gauge::default(),
+            unresolved_subjects: Family::default(),
+            unexpressible_peers: Family::default(),
         }
     }
 }
@@ -93,6 +99,16 @@ impl ControllerMetrics {
             "leader_cluster_objects_skipped",
             "Cluster objects the resolver left out in the last round (no name, bad address)",
             self.objects_skipped.clone(),
+        );
+        r.register(
+            "leader_unresolved_subjects",
+            "Merged edges whose subject is not a known workload, by reason (no_owner_info, not_found, ambiguous, no_selector)",
+            self.unresolved_subjects.clone(),
+        );
+        r.register(
+            "leader_unexpressible_peers",
+            "Merged edges whose peer a policy cannot express, by reason",
+            self.unexpressible_peers.clone(),
         );
     }
 }

@@ -131,12 +131,30 @@ impl Controller {
         self.metrics
             .objects_skipped
             .set(i64::try_from(skipped_objects).unwrap_or(i64::MAX));
-        let learned = crate::live::render_with(
+        let (summary, learned) = crate::live::learn_merged(
             merged,
             &snapshot,
             self.settings.provider,
             &self.settings.options,
         )?;
+        self.metrics.unresolved_subjects.clear();
+        for (why, tally) in &summary.unresolved_subjects {
+            self.metrics
+                .unresolved_subjects
+                .get_or_create(&ReasonLabel {
+                    reason: why.as_str(),
+                })
+                .set(i64::try_from(tally.edges).unwrap_or(i64::MAX));
+        }
+        self.metrics.unexpressible_peers.clear();
+        for (why, tally) in &summary.unresolved_peers {
+            self.metrics
+                .unexpressible_peers
+                .get_or_create(&ReasonLabel {
+                    reason: why.as_str(),
+                })
+                .set(i64::try_from(tally.edges).unwrap_or(i64::MAX));
+        }
         let workloads = self.stores.workloads();
         let proposals = owned(&self.stores.proposals);
         let policies = owned(&self.stores.policies);
