@@ -627,7 +627,23 @@ fn exporters_follow_the_collector_strategy() {
             }
         }
     }
-    // TLS: the CA (and the client pair, when asked) come from the mounted Secret.
+    // TLS: the CA (and the client pair, when asked) come from the mounted Secret; an https
+    // endpoint without a CA is refused by the schema (external-https-without-ca).
+    for provider in PROVIDERS {
+        let external = case(&format!("{provider}-external"));
+        for pod in component_pods(&external) {
+            let container = only_container(pod);
+            let ca = env_value(container, "OTEL_EXPORTER_OTLP_CERTIFICATE").expect("CA");
+            assert_eq!(
+                file_source(pod, Path::new(&ca)),
+                ("secret", "otel-ca", "ca.crt")
+            );
+            assert_eq!(
+                env_value(container, "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"),
+                None
+            );
+        }
+    }
     let mtls = case("istio-external-mtls");
     for pod in component_pods(&mtls) {
         let container = only_container(pod);

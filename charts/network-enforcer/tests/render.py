@@ -29,7 +29,10 @@ CHART = os.path.normpath(os.path.join(os.path.dirname(__file__), ".."))
 RELEASE = "ne"
 NAMESPACE = "network-enforcer"
 
-EXTERNAL = {"collector": "external", "external": {"endpoint": "https://otel.example:4317"}}
+EXTERNAL = {
+    "collector": "external",
+    "external": {"endpoint": "https://otel.example:4317", "tls": {"existingSecret": "otel-ca"}},
+}
 
 # Every provider with every collector strategy, then the variants that switch other paths on.
 CASES = {}
@@ -106,6 +109,10 @@ REJECTED = {
     "external-endpoint-not-a-url": (
         {"provider": "istio", "telemetry": {"collector": "external", "external": {"endpoint": "otel:4317"}}},
         "endpoint",
+    ),
+    "external-https-without-ca": (
+        {"provider": "cilium", "telemetry": {"collector": "external", "external": {"endpoint": "https://otel.example:4317"}}},
+        "existingSecret",
     ),
     "external-http-protocol": (
         {"provider": "istio", "telemetry": dict(EXTERNAL, external={"endpoint": "https://o:4318", "protocol": "http/protobuf"})},
