@@ -11,6 +11,7 @@
 //! Nothing here does IO beyond reading what it is handed: no kube client, no gRPC (the
 //! ingest API's message types come from `ne-proto`; the streams live in the binaries).
 //! The one exception is [`telemetry`], the metrics endpoints both binaries serve.
+//! [`otel_names`] holds the OpenTelemetry event and attribute names (ARCHITECTURE §5).
 
 pub mod allowlist;
 pub mod decode;
@@ -19,6 +20,7 @@ pub mod edge;
 pub mod eval;
 pub mod flow;
 pub mod index;
+pub mod otel_names;
 pub mod resolve;
 pub mod table;
 pub mod telemetry;
