@@ -37,13 +37,15 @@ fn rendered() -> &'static Path {
         let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("chart-render");
         let _ = std::fs::remove_dir_all(&out);
         let python = std::env::var("NE_PYTHON").unwrap_or_else(|_| "python3".to_owned());
-        let how = "install the pinned Helm SDK with \
-                   `pip install -r charts/network-enforcer/tests/requirements.txt` \
-                   (Python 3.11+; NE_PYTHON names another interpreter), as .ci/run does";
-        let output = Command::new(&python)
-            .arg(&script)
-            .arg("--out")
-            .arg(&out)
+        let how = "Python 3.11+ with pip is needed (NE_PYTHON names another interpreter); the \
+                   pinned Helm SDK comes from charts/network-enforcer/tests/requirements.txt";
+        let pythonpath = helm_sdk(&python, &repo, how);
+        let mut render = Command::new(&python);
+        render.arg(&script).arg("--out").arg(&out);
+        if let Some(path) = &pythonpath {
+            render.env("PYTHONPATH", path);
+        }
+        let output = render
             .output()
             .unwrap_or_else(|e| panic!("cannot run `{python}` to render the chart ({e}): {how}"));
         assert!(
@@ -54,6 +56,47 @@ fn rendered() -> &'static Path {
         );
         out
     })
+}
+
+/// Where the Helm SDK can be imported from: `None` when `python` has it already, else a
+/// directory under the target dir, installed there (pinned, with pip) on first use, so the
+/// README's test command works on a fresh machine.
+fn helm_sdk(python: &str, repo: &Path, how: &str) -> Option<PathBuf> {
+    let importable = |path: Option<&Path>| {
+        let mut probe = Command::new(python);
+        probe.args(["-c", "import helm_python.chart"]);
+        if let Some(path) = path {
+            probe.env("PYTHONPATH", path);
+        }
+        probe.output().is_ok_and(|o| o.status.success())
+    };
+    if importable(None) {
+        return None;
+    }
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("helm-sdk");
+    if !importable(Some(&target)) {
+        let requirements = repo.join("charts/network-enforcer/tests/requirements.txt");
+        let output = Command::new(python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg("--target")
+            .arg(&target)
+            .arg("-r")
+            .arg(&requirements)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run `{python} -m pip` ({e}): {how}"));
+        assert!(
+            output.status.success(),
+            "installing the Helm SDK failed: {how}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Some(target)
 }
 
 fn case(name: &str) -> Case {
@@ -396,6 +439,8 @@ fn rbac_is_least_privilege_and_split_by_component() {
             &["replicasets", "deployments", "statefulsets", "daemonsets"],
             &read,
         );
+        // Job → CronJob owners: Jobs are peers, named by their CronJob.
+        grant("batch", &["jobs", "cronjobs"], &read);
         let [(_, wnpp), (_, wnp)] = ne_crds::crds();
         let plural = |c: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition| c.spec.names.plural.clone();
         let (wnpp, wnp) = (plural(&wnpp), plural(&wnp));
