@@ -1,0 +1,136 @@
+//! A Hubble server for the end-to-end tests: `observer.Observer/GetFlows` over real gRPC on a
+//! unix socket, streaming the flows it is given again and again (a data plane with steady
+//! traffic), so an agent that connects or reconnects at any time sees them.
+
+#[path = "../../../node-agent/tests/hubble/flows.rs"]
+mod flows;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ne_proto::observer::observer_server::{Observer, ObserverServer};
+use ne_proto::observer::{
+    GetFlowsRequest, GetFlowsResponse, ServerStatusRequest, ServerStatusResponse,
+};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tonic::{Request, Response, Status};
+
+/// The flows streamed, shared with the test.
+#[derive(Clone, Default)]
+pub struct Hubble {
+    flows: Arc<Mutex<Vec<GetFlowsResponse>>>,
+}
+
+impl Hubble {
+    /// Serves on a new unix socket at `path` until the runtime ends.
+    pub fn serve(path: &Path) -> Self {
+        let _ = std::fs::remove_file(path);
+        let listener = tokio::net::UnixListener::bind(path).unwrap();
+        let hubble = Hubble::default();
+        let service = ObserverServer::new(hubble.clone());
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(UnixListenerStream::new(listener))
+                .await
+                .unwrap();
+        });
+        hubble
+    }
+
+    /// Adds Hubble JSON lines (as `hubble observe -o json` prints them) to the stream.
+    pub fn add_json(&self, lines: &str) {
+        self.flows.lock().unwrap().extend(flows::responses(lines));
+    }
+}
+
+#[tonic::async_trait]
+impl Observer for Hubble {
+    type GetFlowsStream = ReceiverStream<Result<GetFlowsResponse, Status>>;
+
+    async fn get_flows(
+        &self,
+        _request: Request<GetFlowsRequest>,
+    ) -> Result<Response<Self::GetFlowsStream>, Status> {
+        let (tx, rx) = mpsc::channel(64);
+        let flows = self.flows.clone();
+        tokio::spawn(async move {
+            loop {
+                let batch = flows.lock().unwrap().clone();
+                for flow in batch {
+                    if tx.send(Ok(flow)).await.is_err() {
+                        return;
+                    }
+                }
+                // Traffic pacing, not synchronisation: the same flows again shortly.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn server_status(
+        &self,
+        _request: Request<ServerStatusRequest>,
+    ) -> Result<Response<ServerStatusResponse>, Status> {
+        Ok(Response::new(ServerStatusResponse::default()))
+    }
+}
+
+/// One endpoint of a flow: pod name, address, and the workload when Hubble names it.
+pub struct Side<'a> {
+    pub namespace: &'a str,
+    pub pod: &'a str,
+    pub ip: &'a str,
+    pub app: &'a str,
+    pub deployment: Option<&'a str>,
+}
+
+/// A forwarded TCP connection `src → dst:port` as Hubble reports it: once leaving the source
+/// (its egress) and once arriving at the destination (its ingress). Two JSON lines.
+pub fn tcp_flow(src: &Side<'_>, dst: &Side<'_>, port: u16) -> String {
+    format!(
+        "{}\n{}\n",
+        observed(src, dst, port, false),
+        observed(src, dst, port, true)
+    )
+}
+
+/// One observation of `src → dst:port`: at the destination's ingress when `at_ingress`,
+/// else at the source's egress.
+fn observed(src: &Side<'_>, dst: &Side<'_>, port: u16, at_ingress: bool) -> String {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let endpoint = |s: &Side<'_>| {
+        let mut e = json!({
+            "namespace": s.namespace,
+            "pod_name": s.pod,
+            "labels": [
+                format!("k8s:app={}", s.app),
+                format!("k8s:io.cilium.k8s.namespace.labels.kubernetes.io/metadata.name={}", s.namespace),
+                format!("k8s:io.kubernetes.pod.namespace={}", s.namespace),
+            ],
+        });
+        if let Some(d) = s.deployment {
+            e["workloads"] = json!([{"name": d, "kind": "Deployment"}]);
+        }
+        e
+    };
+    let flow = json!({
+        "time": now,
+        "verdict": "FORWARDED",
+        "IP": {"source": src.ip, "destination": dst.ip, "ipVersion": "IPv4"},
+        "l4": {"TCP": {"source_port": 40000, "destination_port": port, "flags": {"SYN": true}}},
+        "source": endpoint(src),
+        "destination": endpoint(dst),
+        "Type": "L3_L4",
+        "node_name": "e2e/worker-1",
+        "event_type": {"type": 4},
+        "traffic_direction": if at_ingress { "INGRESS" } else { "EGRESS" },
+        "trace_observation_point": if at_ingress { "TO_ENDPOINT" } else { "FROM_ENDPOINT" },
+        "is_reply": false,
+    });
+    json!({"flow": flow, "node_name": "e2e/worker-1", "time": now}).to_string()
+}

@@ -1,0 +1,274 @@
+//! Support for the tests that need a real Kubernetes API server (`#[ignore = "needs
+//! cluster (...)"]`, run with `KUBECONFIG`): a temporary namespace that is deleted whatever
+//! happens, the real binaries as child processes that are killed whatever happens, objects
+//! a control plane without nodes still accepts (workloads, ReplicaSets and Pods with owner
+//! references and a patched `status.podIP`), and polling with deadlines.
+
+#![allow(dead_code)] // each test binary uses part of it
+
+pub mod hubble;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource};
+use serde_json::json;
+
+/// How long any awaited condition may take.
+pub const DEADLINE: Duration = Duration::from_secs(90);
+
+/// A namespace of its own, deleted when dropped (also when the test fails).
+pub struct TempNamespace {
+    pub client: Client,
+    pub name: String,
+}
+
+impl TempNamespace {
+    pub async fn new(client: &Client, prefix: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let name = format!("{prefix}-{}-{nanos:x}", std::process::id());
+        let api: Api<Namespace> = Api::all(client.clone());
+        let mut ns = Namespace::default();
+        ns.metadata.name = Some(name.clone());
+        api.create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("cannot create namespace {name}: {e}"));
+        TempNamespace {
+            client: client.clone(),
+            name,
+        }
+    }
+}
+
+impl Drop for TempNamespace {
+    fn drop(&mut self) {
+        let (client, name) = (self.client.clone(), self.name.clone());
+        // Drop cannot await: delete from a thread with its own runtime and wait for it.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let api: Api<Namespace> = Api::all(client);
+                let _ = api.delete(&name, &DeleteParams::background()).await;
+            });
+        })
+        .join();
+    }
+}
+
+/// A child process, killed when dropped; its output goes to a file named after it.
+pub struct Process {
+    pub name: String,
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Process {
+    pub fn spawn(name: &str, mut command: Command) -> Self {
+        let log = std::env::temp_dir().join(format!("ne-e2e-{}-{name}.log", std::process::id()));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = command
+            .stdout(Stdio::from(file.try_clone().unwrap()))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Process {
+            name: name.to_owned(),
+            child,
+            log,
+        }
+    }
+
+    /// The process's output so far (for failure messages).
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("---- {} output ----\n{}", self.name, self.output());
+        }
+    }
+}
+
+/// A built binary of the workspace: `cargo build -p <package> --bin <name>` (a no-op when it
+/// is up to date), then its path next to this test executable.
+pub fn binary(package: &str, name: &str) -> PathBuf {
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "-p", package, "--bin", name])
+        .status()
+        .expect("cannot run cargo");
+    assert!(status.success(), "cannot build {name}");
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> → target/<profile>/<name>
+    let path = exe.parent().unwrap().parent().unwrap().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing after the build",
+        path.display()
+    );
+    path
+}
+
+/// A loopback address on a port free right now.
+pub fn free_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("127.0.0.1:{}", listener.local_addr().unwrap().port())
+}
+
+/// Polls `check` every 250 ms until it gives `Some`, or fails the test after [`DEADLINE`].
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn owner<K: Resource<DynamicType = ()>>(object: &K) -> OwnerReference {
+    OwnerReference {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+        name: object.meta().name.clone().unwrap(),
+        uid: object.meta().uid.clone().unwrap(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    }
+}
+
+/// A Deployment `name` (pods labelled `app=<name>`, ServiceAccount `sa`), its ReplicaSet and
+/// one Pod as their controllers would make them, the pod's address `ip`, owner references
+/// with placeholder uids.
+pub fn workload_objects(ns: &str, name: &str, sa: &str, ip: &str) -> (Deployment, ReplicaSet, Pod) {
+    let hash = "5c8b7d9f6c";
+    let labels = BTreeMap::from([("app".to_owned(), name.to_owned())]);
+    let template = json!({
+        "metadata": {"labels": labels},
+        "spec": {"serviceAccountName": sa, "containers": [{"name": "app", "image": "registry.invalid/app:1", "ports": [{"name": "http", "containerPort": 8080}]}]}
+    });
+    let mut deployment: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": template},
+    }))
+    .unwrap();
+    deployment.metadata.uid = Some(format!("uid-deployment-{name}"));
+    let mut pod_labels = labels.clone();
+    pod_labels.insert("pod-template-hash".to_owned(), hash.to_owned());
+    let rs_name = format!("{name}-{hash}");
+    let mut rs: ReplicaSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": rs_name, "namespace": ns, "labels": pod_labels},
+        "spec": {"replicas": 1, "selector": {"matchLabels": pod_labels},
+                 "template": {"metadata": {"labels": pod_labels}, "spec": template["spec"]}},
+    }))
+    .unwrap();
+    rs.metadata.owner_references = Some(vec![owner(&deployment)]);
+    rs.metadata.uid = Some(format!("uid-replicaset-{name}"));
+    let mut pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod_name(name), "namespace": ns, "labels": pod_labels},
+        "spec": template["spec"],
+        "status": {"podIP": ip, "podIPs": [{"ip": ip}], "phase": "Running"},
+    }))
+    .unwrap();
+    pod.metadata.owner_references = Some(vec![owner(&rs)]);
+    (deployment, rs, pod)
+}
+
+/// Creates [`workload_objects`] in the cluster (owner references to the created objects'
+/// uids), then sets the pod's address with a status patch. Nothing runs: no node is needed.
+/// Returns the Deployment.
+pub async fn deployment(client: &Client, ns: &str, name: &str, sa: &str, ip: &str) -> Deployment {
+    let (mut deployment, mut rs, mut pod) = workload_objects(ns, name, sa, ip);
+    deployment.metadata.uid = None;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let deployment = deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    rs.metadata.uid = None;
+    rs.metadata.owner_references = Some(vec![owner(&deployment)]);
+    let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
+    let rs = replicasets
+        .create(&PostParams::default(), &rs)
+        .await
+        .unwrap();
+    pod.metadata.owner_references = Some(vec![owner(&rs)]);
+    let status = pod.status.take();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let status = json!({"status": status});
+    pods.patch_status(
+        &pod_name(name),
+        &PatchParams::default(),
+        &Patch::Merge(&status),
+    )
+    .await
+    .unwrap();
+    deployment
+}
+
+/// The pod name [`deployment`] gives workload `name`.
+pub fn pod_name(name: &str) -> String {
+    format!("{name}-5c8b7d9f6c-h7j2k")
+}
+
+/// Installs (server-side apply) the Network Enforcer CRDs, and waits until they are served.
+pub async fn install_crds(client: &Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (_, crd) in ne_crds::crds() {
+        let name = crd.metadata.name.clone().unwrap();
+        api.patch(
+            &name,
+            &PatchParams::apply("ne-e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap();
+        eventually(&format!("CRD {name} established"), || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                let crd = api.get(&name).await.ok()?;
+                crd.status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+                    .then_some(())
+            }
+        })
+        .await;
+    }
+}

@@ -1,0 +1,650 @@
+//! The controller end to end against a real API server: the real `ne-leader` (out of
+//! cluster, with `KUBECONFIG`) and a real `ne-agent` fed by a test data plane (a Hubble
+//! server; ztunnel log files), on workloads the test creates itself (a Deployment, its
+//! ReplicaSet and Pod with owner references and a patched `status.podIP`, so a control
+//! plane without nodes is enough). Each test walks the seed workflow in namespaces of its
+//! own:
+//!
+//! proposal with owner and evidence → promote to monitor (policy, proposal gone) → protect
+//! (native object equals the spec, owned by the policy) → back to monitor → delete the policy
+//! (a new proposal is learned) → delete the Deployment (its proposals are collected).
+//!
+//! Run: `KUBECONFIG=... cargo test -p ne-tests --test controller_cluster -- --ignored
+//! --test-threads 1` against a cluster without Network Enforcer installed (kind is enough).
+//! The tests also take a lock, as each leader manages policies cluster-wide.
+
+mod cluster;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use cluster::hubble::{Hubble, Side, tcp_flow};
+use cluster::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource};
+use ne_crds::{
+    AuthorizationPolicy, ISTIO_DRY_RUN_ANNOTATION, Mode, PROMOTE_LABEL, PROMOTED_FROM_LABEL,
+    WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
+};
+use serde_json::json;
+
+/// One leader at a time: each manages policies cluster-wide.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const API_IP: &str = "10.250.0.21";
+const WEB_IP: &str = "10.250.0.11";
+
+struct Setup {
+    client: Client,
+    /// Where the workloads live.
+    app: TempNamespace,
+    /// The release namespace (the leader's Lease; never learned).
+    _system: TempNamespace,
+    api: Deployment,
+    _leader: Process,
+    _agent: Process,
+    dir: PathBuf,
+}
+
+fn temp_dir(what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ne-e2e-{}-{what}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Namespaces, workloads, the leader for `provider`, and an agent started by `agent_args`.
+async fn setup(
+    provider: &str,
+    what: &str,
+    agent_args: impl FnOnce(&PathBuf) -> Vec<String>,
+) -> Setup {
+    let client = Client::try_default()
+        .await
+        .expect("a Kubernetes configuration (KUBECONFIG)");
+    install_crds(&client).await;
+    let system = TempNamespace::new(&client, "ne-e2e-sys").await;
+    let app = TempNamespace::new(&client, "ne-e2e-app").await;
+    let api = deployment(&client, &app.name, "api", "api", API_IP).await;
+    deployment(&client, &app.name, "web", "web", WEB_IP).await;
+    let dir = temp_dir(what);
+    let ingest = free_address();
+    let mut leader = Command::new(binary("ne-leader", "ne-leader"));
+    leader
+        .args(["run", "--provider", provider, "--insecure-ingest"])
+        .args([
+            "--ingest-address",
+            &ingest,
+            "--metrics-address",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--lease-namespace",
+            &system.name,
+            "--identity",
+            "e2e-leader",
+        ])
+        .args(["--flush-interval", "1s", "--stable-after", "1h"])
+        .env("RUST_LOG", "info");
+    let leader = Process::spawn(&format!("leader-{what}"), leader);
+    let mut agent = Command::new(binary("ne-node-agent", "ne-agent"));
+    agent
+        .args(agent_args(&dir))
+        .args(["--node-name", "worker-1", "--leader-address", &ingest])
+        .args([
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--flush-interval",
+            "200ms",
+        ]);
+    let agent = Process::spawn(&format!("agent-{what}"), agent);
+    Setup {
+        client,
+        app,
+        _system: system,
+        api,
+        _leader: leader,
+        _agent: agent,
+        dir,
+    }
+}
+
+impl Setup {
+    fn proposals(&self) -> Api<WorkloadNetworkPolicyProposal> {
+        Api::namespaced(self.client.clone(), &self.app.name)
+    }
+
+    fn policies(&self) -> Api<WorkloadNetworkPolicy> {
+        Api::namespaced(self.client.clone(), &self.app.name)
+    }
+
+    /// Waits for proposal `name` with evidence, owned by the `api` Deployment.
+    async fn learned(&self, name: &str) -> WorkloadNetworkPolicyProposal {
+        let api_uid = self.api.metadata.uid.clone().unwrap();
+        eventually(&format!("proposal {name} with evidence"), || async {
+            let p = self.proposals().get_opt(name).await.ok()??;
+            let owned = p
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "Deployment" && o.uid == api_uid);
+            let evidence = p
+                .status
+                .as_ref()
+                .is_some_and(|s| !s.peers.is_empty() && s.flow_count > 0);
+            (owned && evidence).then_some(p)
+        })
+        .await
+    }
+
+    /// Labels the proposal and waits for the policy it becomes (the proposal gone).
+    async fn promote(&self, name: &str, mode: &str) -> WorkloadNetworkPolicy {
+        let patch = json!({"metadata": {"labels": {PROMOTE_LABEL: mode}}});
+        self.proposals()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let policy = eventually(&format!("policy {name}"), || async {
+            self.policies().get_opt(name).await.ok()?
+        })
+        .await;
+        eventually(&format!("proposal {name} gone"), || async {
+            self.proposals()
+                .get_opt(name)
+                .await
+                .ok()
+                .and_then(|p| p.is_none().then_some(()))
+        })
+        .await;
+        policy
+    }
+
+    async fn set_mode(&self, name: &str, mode: &str) {
+        let patch = json!({"spec": {"mode": mode}});
+        self.policies()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    /// Waits until the policy's `Ready` condition has `reason`.
+    async fn ready(&self, name: &str, reason: &str) {
+        eventually(&format!("policy {name} Ready reason {reason}"), || async {
+            let w = self.policies().get(name).await.ok()?;
+            w.status?
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.reason == reason)
+                .then_some(())
+        })
+        .await;
+    }
+
+    /// Deletes the policy; waits for learning to make a new proposal of that name.
+    async fn delete_policy_and_relearn(&self, name: &str, old: &WorkloadNetworkPolicyProposal) {
+        self.policies()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        let old_uid = old.metadata.uid.clone();
+        eventually(&format!("a new proposal {name}"), || async {
+            let p = self.proposals().get_opt(name).await.ok()??;
+            (p.metadata.uid != old_uid).then_some(())
+        })
+        .await;
+    }
+
+    /// Deletes the `api` Deployment; waits until its proposals are collected.
+    async fn delete_workload(&self, name: &str) {
+        let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), &self.app.name);
+        deployments
+            .delete("api", &DeleteParams::background())
+            .await
+            .unwrap();
+        eventually(
+            &format!("proposal {name} collected with its Deployment"),
+            || async {
+                self.proposals()
+                    .get_opt(name)
+                    .await
+                    .ok()
+                    .and_then(|p| p.is_none().then_some(()))
+            },
+        )
+        .await;
+    }
+
+    /// A `Promoted` Event on the policy.
+    async fn promoted_event(&self, name: &str) {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.client.clone(), &self.app.name);
+        eventually(&format!("a Promoted event on {name}"), || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("Promoted")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                })
+                .then_some(())
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster (KUBECONFIG with rights to install CRDs and to create namespaces, workloads, pods and their status)"]
+async fn the_seed_workflow_with_network_policies() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let hubble_dir = temp_dir("hubble");
+    let socket = hubble_dir.join("hubble.sock");
+    let hubble = Hubble::serve(&socket);
+    let s = setup("cilium", "cilium", |_| {
+        vec![
+            "--source".into(),
+            "hubble".into(),
+            "--hubble-address".into(),
+            format!("unix://{}", socket.display()),
+        ]
+    })
+    .await;
+    let (web_pod, api_pod) = (pod_name("web"), pod_name("api"));
+    let web = Side {
+        namespace: &s.app.name,
+        pod: &web_pod,
+        ip: WEB_IP,
+        app: "web",
+        deployment: Some("web"),
+    };
+    // Hubble names the destination's pod only: the leader resolves it through the cluster.
+    let api = Side {
+        namespace: &s.app.name,
+        pod: &api_pod,
+        ip: API_IP,
+        app: "api",
+        deployment: None,
+    };
+    hubble.add_json(&tcp_flow(&web, &api, 8080));
+
+    let name = "deployment-api-ingress";
+    let proposal = s.learned(name).await;
+    let spec = proposal
+        .spec
+        .kubernetes
+        .clone()
+        .expect("a NetworkPolicy spec");
+    let rule = &spec.ingress.as_ref().unwrap()[0];
+    let peer = &rule.from.as_ref().unwrap()[0];
+    assert_eq!(
+        peer.pod_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap()["app"],
+        "web"
+    );
+    assert_eq!(
+        spec.pod_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap()["app"],
+        "api",
+        "the Deployment's own selector"
+    );
+
+    let policy = s.promote(name, "monitor").await;
+    assert_eq!(policy.spec.mode, Mode::Monitor);
+    assert_eq!(
+        policy.metadata.labels.as_ref().unwrap()[PROMOTED_FROM_LABEL],
+        name
+    );
+    assert_eq!(policy.spec.kubernetes.as_ref(), Some(&spec));
+    s.promoted_event(name).await;
+    s.ready(name, "Monitoring").await;
+
+    s.set_mode(name, "protect").await;
+    let policy_uid = policy.metadata.uid.clone().unwrap();
+    let policies: Api<NetworkPolicy> = Api::namespaced(s.client.clone(), &s.app.name);
+    let native = eventually("the NetworkPolicy", || async {
+        policies.get_opt(name).await.ok()?
+    })
+    .await;
+    assert_eq!(native.spec.as_ref(), Some(&spec));
+    let owner = &native.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        ("WorkloadNetworkPolicy", policy_uid.as_str(), Some(true))
+    );
+    s.ready(name, "Enforced").await;
+
+    s.set_mode(name, "monitor").await;
+    eventually("the NetworkPolicy removed in monitor mode", || async {
+        policies
+            .get_opt(name)
+            .await
+            .ok()
+            .and_then(|np| np.is_none().then_some(()))
+    })
+    .await;
+    s.ready(name, "Monitoring").await;
+
+    s.delete_policy_and_relearn(name, &proposal).await;
+    s.delete_workload(name).await;
+    let _ = std::fs::remove_dir_all(&hubble_dir);
+    let _ = std::fs::remove_dir_all(&s.dir);
+}
+
+/// Istio's AuthorizationPolicy CRD, reduced (no schema): installed when the cluster has none,
+/// removed again afterwards.
+async fn authorization_policy_crd(client: &Client) -> Option<String> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = "authorizationpolicies.security.istio.io";
+    if api.get_opt(name).await.unwrap().is_some() {
+        return None;
+    }
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+        "spec": {
+            "group": "security.istio.io",
+            "names": {"kind": "AuthorizationPolicy", "plural": "authorizationpolicies", "singular": "authorizationpolicy", "listKind": "AuthorizationPolicyList"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                          "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
+        },
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &crd).await.unwrap();
+    eventually("the AuthorizationPolicy CRD established", || async {
+        let crd = api.get(name).await.ok()?;
+        crd.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    Some(name.to_owned())
+}
+
+/// A CRI-framed ztunnel access log line: `src → dst:port`, inbound at the destination.
+fn ztunnel_line(ns: &str, port: u16) -> String {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    format!(
+        "{now} stdout F {now}\tinfo\taccess\tconnection complete\tsrc.addr={WEB_IP}:40000 \
+         src.workload=\"{web}\" src.namespace=\"{ns}\" src.identity=\"spiffe://cluster.local/ns/{ns}/sa/web\" \
+         dst.addr={API_IP}:15008 dst.hbone_addr={API_IP}:{port} dst.service=\"api.{ns}.svc.cluster.local\" \
+         dst.workload=\"{api}\" dst.namespace=\"{ns}\" dst.identity=\"spiffe://cluster.local/ns/{ns}/sa/api\" \
+         direction=\"inbound\" bytes_sent=10 bytes_recv=20 duration=\"5ms\"\n",
+        web = pod_name("web"),
+        api = pod_name("api"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster (KUBECONFIG with rights to install CRDs and to create namespaces, workloads, pods and their status)"]
+async fn the_seed_workflow_with_authorization_policies() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let client = Client::try_default().await.expect("KUBECONFIG");
+    let installed = authorization_policy_crd(&client).await;
+    let logs = temp_dir("ztunnel-logs");
+    let s = setup("istio", "istio", |_| {
+        vec![
+            "--source".into(),
+            "ztunnel".into(),
+            "--ztunnel-log-root".into(),
+            logs.display().to_string(),
+        ]
+    })
+    .await;
+    // The ztunnel pod's log, written as traffic flows (steady traffic: a line every 300 ms,
+    // so the tailer sees lines whenever it starts reading).
+    let container = logs.join("istio-system_ztunnel-e2e_uid-1/istio-proxy");
+    std::fs::create_dir_all(&container).unwrap();
+    let log = container.join("0.log");
+    let line = ztunnel_line(&s.app.name, 8080);
+    let writer = tokio::spawn(async move {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        loop {
+            file.write_all(line.as_bytes()).unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        }
+    });
+
+    let name = "deployment-api-ingress";
+    let proposal = s.learned(name).await;
+    let istio = proposal
+        .spec
+        .istio
+        .clone()
+        .expect("an AuthorizationPolicy spec");
+    assert_eq!(
+        istio.rules[0].from[0].source.principals,
+        [format!("cluster.local/ns/{}/sa/web", s.app.name)]
+    );
+    assert_eq!(istio.rules[0].to[0].operation.ports, ["8080"]);
+
+    let policy = s.promote(name, "monitor").await;
+    let aps: Api<AuthorizationPolicy> = Api::namespaced(s.client.clone(), &s.app.name);
+    let dry_run = |ap: &AuthorizationPolicy| {
+        ap.meta()
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ISTIO_DRY_RUN_ANNOTATION))
+            .is_some_and(|v| v == "true")
+    };
+    let ap = eventually("a dry-run AuthorizationPolicy", || async {
+        aps.get_opt(name).await.ok()?.filter(|ap| dry_run(ap))
+    })
+    .await;
+    assert_eq!(ap.spec.action.as_deref(), Some("ALLOW"));
+    assert_eq!(ap.spec.rules, istio.rules);
+    assert_eq!(
+        ap.spec.selector.as_ref().unwrap().match_labels["app"],
+        "api"
+    );
+    let owner = &ap.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(owner.uid, policy.metadata.uid.clone().unwrap());
+    s.ready(name, "Monitoring").await;
+
+    s.set_mode(name, "protect").await;
+    eventually("the AuthorizationPolicy enforced (no dry-run)", || async {
+        aps.get_opt(name).await.ok()?.filter(|ap| !dry_run(ap))
+    })
+    .await;
+    s.ready(name, "Enforced").await;
+
+    s.set_mode(name, "monitor").await;
+    eventually("the AuthorizationPolicy in dry-run again", || async {
+        aps.get_opt(name).await.ok()?.filter(|ap| dry_run(ap))
+    })
+    .await;
+
+    s.delete_policy_and_relearn(name, &proposal).await;
+    s.delete_workload(name).await;
+    writer.abort();
+    drop(s);
+    if let Some(crd) = installed {
+        let api: Api<CustomResourceDefinition> = Api::all(client);
+        let _ = api.delete(&crd, &DeleteParams::default()).await;
+    }
+    let _ = std::fs::remove_dir_all(&logs);
+}
+
+/// Without a cluster: the test data plane's records, resolved against the very objects the
+/// cluster tests create, teach the proposals those tests wait for.
+#[test]
+fn the_test_data_plane_teaches_what_the_cluster_tests_expect() {
+    use ne_shared::allowlist::LearnOptions;
+    use ne_shared::decode::{Format, decode_lines};
+    use ne_shared::edge::Provider;
+    use ne_shared::resolve::{ClusterObjects, ClusterSnapshot};
+    use ne_shared::table::FlowTable;
+
+    let ns = "ne-e2e-app-1";
+    let mut objects = ClusterObjects::default();
+    let mut namespace = k8s_openapi::api::core::v1::Namespace::default();
+    namespace.metadata.name = Some(ns.to_owned());
+    objects.namespaces.push(namespace);
+    for (name, ip) in [("api", API_IP), ("web", WEB_IP)] {
+        let (d, rs, pod) = workload_objects(ns, name, name, ip);
+        objects.deployments.push(d);
+        objects.replicasets.push(rs);
+        objects.pods.push(pod);
+    }
+    let (snapshot, skipped) = ClusterSnapshot::from_objects(objects);
+    assert_eq!(skipped, 0);
+    let (web_pod, api_pod) = (pod_name("web"), pod_name("api"));
+    let side = |pod, ip, app, deployment| Side {
+        namespace: ns,
+        pod,
+        ip,
+        app,
+        deployment,
+    };
+    let hubble = tcp_flow(
+        &side(&web_pod, WEB_IP, "web", Some("web")),
+        &side(&api_pod, API_IP, "api", None),
+        8080,
+    );
+    for (format, provider, line) in [
+        (Format::HubbleJson, Provider::Cilium, hubble),
+        (Format::Ztunnel, Provider::Istio, ztunnel_line(ns, 8080)),
+    ] {
+        let table = FlowTable::new(1000);
+        let stats = decode_lines(format, line.as_bytes(), |record| {
+            table.record_flow(&record, provider).unwrap();
+        });
+        let records = if provider == Provider::Istio { 1 } else { 2 };
+        assert_eq!((stats.records, stats.errors), (records, 0), "{format:?}");
+        let merged: Vec<_> = table
+            .snapshot()
+            .into_iter()
+            .map(|e| ne_shared::index::MergedEdge {
+                edge: e.edge,
+                count: e.count,
+                first_seen: e.first_seen,
+                last_seen: e.last_seen,
+            })
+            .collect();
+        let proposals =
+            ne_leader::live::render_with(&merged, &snapshot, provider, &LearnOptions::default())
+                .unwrap();
+        let names: Vec<_> = proposals
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect();
+        let want: &[&str] = match provider {
+            Provider::Istio => &["deployment-api-ingress"],
+            _ => &["deployment-api-ingress", "deployment-web-egress"],
+        };
+        assert_eq!(names, want, "{format:?}");
+        let api = &proposals[0];
+        match provider {
+            Provider::Istio => assert_eq!(
+                api.spec.istio.as_ref().unwrap().rules[0].from[0]
+                    .source
+                    .principals,
+                [format!("cluster.local/ns/{ns}/sa/web")]
+            ),
+            _ => {
+                let spec = api.spec.kubernetes.as_ref().unwrap();
+                let peer = &spec.ingress.as_ref().unwrap()[0].from.as_ref().unwrap()[0];
+                assert_eq!(
+                    peer.pod_selector
+                        .as_ref()
+                        .unwrap()
+                        .match_labels
+                        .as_ref()
+                        .unwrap()["app"],
+                    "web"
+                );
+            }
+        }
+    }
+}
+
+/// Without a cluster: the same data plane, agent and leader processes the cluster tests
+/// start (the leader standalone, writing proposals to a directory) carry the test's flows to
+/// the proposals the cluster tests wait for, so the harness itself is known to work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_test_data_plane_reaches_a_real_leader_through_a_real_agent() {
+    let dir = temp_dir("harness");
+    let socket = dir.join("hubble.sock");
+    let hubble = Hubble::serve(&socket);
+    let (web_pod, api_pod) = (pod_name("web"), pod_name("api"));
+    // Without a cluster the destination must name its workload: nothing resolves the pod.
+    hubble.add_json(&tcp_flow(
+        &Side {
+            namespace: "shop",
+            pod: &web_pod,
+            ip: WEB_IP,
+            app: "web",
+            deployment: Some("web"),
+        },
+        &Side {
+            namespace: "shop",
+            pod: &api_pod,
+            ip: API_IP,
+            app: "api",
+            deployment: Some("api"),
+        },
+        8080,
+    ));
+    let ingest = free_address();
+    let output = dir.join("proposals");
+    let mut leader = Command::new(binary("ne-leader", "ne-leader"));
+    leader
+        .args([
+            "run",
+            "--provider",
+            "cilium",
+            "--standalone",
+            "--insecure-ingest",
+        ])
+        .args([
+            "--ingest-address",
+            &ingest,
+            "--metrics-address",
+            "127.0.0.1:0",
+        ])
+        .args(["--flush-interval", "200ms", "--output"])
+        .arg(&output);
+    let _leader = Process::spawn("harness-leader", leader);
+    let mut agent = Command::new(binary("ne-node-agent", "ne-agent"));
+    agent
+        .args(["--source", "hubble", "--hubble-address"])
+        .arg(format!("unix://{}", socket.display()))
+        .args(["--node-name", "worker-1", "--leader-address", &ingest])
+        .args([
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--flush-interval",
+            "200ms",
+        ]);
+    let _agent = Process::spawn("harness-agent", agent);
+    for name in ["deployment-api-ingress", "deployment-web-egress"] {
+        let path = output.join(format!("{name}.yaml"));
+        let text = eventually(&format!("{name} written by the leader"), || {
+            let path = path.clone();
+            async move { std::fs::read_to_string(&path).ok() }
+        })
+        .await;
+        let p: WorkloadNetworkPolicyProposal = serde_saphyr::from_str(&text).unwrap();
+        assert_eq!(p.metadata.namespace.as_deref(), Some("shop"));
+        assert!(p.status.is_some_and(|s| s.flow_count > 0), "{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
