@@ -160,7 +160,14 @@ impl Controller {
         let policies = owned(&self.stores.policies);
         let network_policies = owned(&self.stores.network_policies);
         let authorization_policies = self.stores.authorization_policies.as_ref().map(owned);
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        // Whole seconds, as the API server stores times: a condition written now compares
+        // equal when read back.
+        let now = Time(
+            k8s_openapi::jiff::Timestamp::from_second(
+                k8s_openapi::jiff::Timestamp::now().as_second(),
+            )
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        );
         let world = World {
             learned: &learned,
             workloads: &workloads,

@@ -10,7 +10,11 @@
 //!   (`NativePolicyConflict`, Warning Event).
 //! - A policy whose backend is not the active provider's is left alone, with a condition.
 
-use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
+    NetworkPolicyPort, NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use ne_crds::{
@@ -131,7 +135,8 @@ fn network_policy(
                 spec: w.spec.kubernetes.clone(),
             };
             let current = existing.is_some_and(|np| {
-                np.spec == desired.spec && label(np, MANAGED_BY.0) == Some(MANAGED_BY.1)
+                np.spec.as_ref().map(defaulted) == desired.spec.as_ref().map(defaulted)
+                    && label(np, MANAGED_BY.0) == Some(MANAGED_BY.1)
             });
             if current {
                 Native::InPlace(what)
@@ -141,6 +146,75 @@ fn network_policy(
                 Native::Writing(what)
             }
         }
+    }
+}
+
+/// A NetworkPolicy spec as the API server stores it: a port without protocol is TCP, and an
+/// empty list or map is the same as none. Comparing stored and desired specs this way keeps
+/// a hand-written policy that relies on defaults from being rewritten every round.
+fn defaulted(spec: &NetworkPolicySpec) -> NetworkPolicySpec {
+    fn selector(s: &Option<LabelSelector>) -> Option<LabelSelector> {
+        s.as_ref()
+            .map(|s| LabelSelector {
+                match_labels: s.match_labels.clone().filter(|m| !m.is_empty()),
+                match_expressions: s.match_expressions.clone().filter(|e| !e.is_empty()),
+            })
+            .filter(|s| s.match_labels.is_some() || s.match_expressions.is_some())
+    }
+    fn peers(p: &Option<Vec<NetworkPolicyPeer>>) -> Option<Vec<NetworkPolicyPeer>> {
+        let out: Vec<NetworkPolicyPeer> = p
+            .iter()
+            .flatten()
+            .map(|p| NetworkPolicyPeer {
+                ip_block: p.ip_block.clone(),
+                namespace_selector: p
+                    .namespace_selector
+                    .as_ref()
+                    .map(|n| selector(&Some(n.clone())).unwrap_or_default()),
+                pod_selector: p
+                    .pod_selector
+                    .as_ref()
+                    .map(|n| selector(&Some(n.clone())).unwrap_or_default()),
+            })
+            .collect();
+        (!out.is_empty()).then_some(out)
+    }
+    fn ports(p: &Option<Vec<NetworkPolicyPort>>) -> Option<Vec<NetworkPolicyPort>> {
+        let out: Vec<NetworkPolicyPort> = p
+            .iter()
+            .flatten()
+            .map(|p| NetworkPolicyPort {
+                protocol: Some(p.protocol.clone().unwrap_or_else(|| "TCP".to_owned())),
+                ..p.clone()
+            })
+            .collect();
+        (!out.is_empty()).then_some(out)
+    }
+    NetworkPolicySpec {
+        pod_selector: selector(&spec.pod_selector),
+        policy_types: spec.policy_types.clone().filter(|t| !t.is_empty()),
+        ingress: spec
+            .ingress
+            .as_ref()
+            .filter(|r| !r.is_empty())
+            .map(|rules| {
+                rules
+                    .iter()
+                    .map(|r| NetworkPolicyIngressRule {
+                        from: peers(&r.from),
+                        ports: ports(&r.ports),
+                    })
+                    .collect()
+            }),
+        egress: spec.egress.as_ref().filter(|r| !r.is_empty()).map(|rules| {
+            rules
+                .iter()
+                .map(|r| NetworkPolicyEgressRule {
+                    to: peers(&r.to),
+                    ports: ports(&r.ports),
+                })
+                .collect()
+        }),
     }
 }
 

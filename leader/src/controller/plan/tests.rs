@@ -872,3 +872,43 @@ fn istio_proposals_say_when_the_identity_is_shared() {
         ("True".to_owned(), "DefaultServiceAccount".to_owned())
     );
 }
+
+#[test]
+fn a_network_policy_stored_with_server_defaults_is_not_rewritten() {
+    let mut case = Case::new();
+    let mut w = policy("deployment-api-ingress", "api", Mode::Protect);
+    // Written by hand without protocols and with empty lists.
+    let spec = w.spec.kubernetes.as_mut().unwrap();
+    for rule in spec.ingress.as_mut().unwrap() {
+        for port in rule.ports.as_mut().unwrap() {
+            port.protocol = None;
+        }
+    }
+    spec.egress = Some(Vec::new());
+    case.policies = vec![w];
+    case.settle();
+    // The API server stores the defaults: TCP, and no empty list.
+    let stored = case.network_policies[0].spec.as_mut().unwrap();
+    for rule in stored.ingress.as_mut().unwrap() {
+        for port in rule.ports.as_mut().unwrap() {
+            port.protocol = Some("TCP".to_owned());
+        }
+    }
+    stored.egress = None;
+    let plan = case.plan();
+    assert!(
+        !plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::ApplyNetworkPolicy(_))),
+        "{plan:?}"
+    );
+    // A real difference is still written.
+    case.network_policies[0].spec.as_mut().unwrap().ingress = Some(Vec::new());
+    assert!(
+        case.plan()
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::ApplyNetworkPolicy(_)))
+    );
+}
