@@ -20,7 +20,7 @@ use ne_shared::allowlist::{AggregatedEdge, LearnOptions, LearnSummary};
 use ne_shared::edge::Provider;
 use ne_shared::index::MergedEdge;
 use ne_shared::resolve::{RecordOnly, Resolver};
-use ne_shared::telemetry::http;
+use ne_telemetry::{http, otlp};
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::auth::{Authenticator, Insecure, TokenReviews};
@@ -83,11 +83,25 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
             )
         })?;
     tracing::info!(address = %metrics_listener.local_addr()?, "metrics listening");
+    let exposition: Arc<dyn http::Exposition> = Arc::new(Exposed {
+        ingest: metrics.clone(),
+        controller: controller_metrics.clone(),
+    });
+    let pod: Vec<(&str, &str)> = args
+        .identity
+        .as_deref()
+        .map(|p| ("k8s.pod.name", p))
+        .into_iter()
+        .collect();
+    let otlp = match otlp::OtlpConfig::from_env(|k| std::env::var(k).ok(), "ne-leader", &pod)? {
+        Some(config) => {
+            tracing::info!(endpoint = %config.endpoint, interval = ?config.interval, "exporting metrics over OTLP");
+            Some(tokio::spawn(otlp::run(config, exposition.clone())))
+        }
+        None => None,
+    };
     let endpoints = http::Endpoints {
-        metrics: Arc::new(Exposed {
-            ingest: metrics.clone(),
-            controller: controller_metrics.clone(),
-        }),
+        metrics: exposition,
         ready: Arc::new(AtomicBool::new(true)),
         not_ready: "not leading",
     };
@@ -167,6 +181,9 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     server.abort();
     metrics_server.abort();
+    if let Some(otlp) = otlp {
+        otlp.abort();
+    }
     let _ = server.await;
     drop(controller);
     drop(leadership);

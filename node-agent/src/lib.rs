@@ -8,7 +8,6 @@
 
 pub mod args;
 pub mod metrics;
-pub mod otlp;
 pub mod ship;
 pub mod sink;
 pub mod sources;
@@ -19,7 +18,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use ne_shared::edge::Provider;
 use ne_shared::table::FlowTable;
-use ne_shared::telemetry::http;
+use ne_telemetry::{http, otlp};
 
 use args::{Args, LogFormat, SourceKind};
 use metrics::AgentMetrics;
@@ -61,10 +60,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let server = tokio::spawn(http::serve(listener, endpoints));
 
-    let otlp = match otlp::OtlpConfig::from_env(
-        |k| std::env::var(k).ok(),
-        args.node_name.as_deref(),
-    )? {
+    let node: Vec<(&str, &str)> = args
+        .node_name
+        .as_deref()
+        .map(|n| ("k8s.node.name", n))
+        .into_iter()
+        .collect();
+    let otlp = match otlp::OtlpConfig::from_env(|k| std::env::var(k).ok(), "ne-agent", &node)? {
         Some(config) => {
             tracing::info!(endpoint = %config.endpoint, interval = ?config.interval, "exporting metrics over OTLP");
             Some(tokio::spawn(otlp::run(config, metrics.clone())))

@@ -256,13 +256,13 @@ impl AgentMetrics {
 
     /// Renders every instrument in the Prometheus text format.
     pub fn encode(&self) -> String {
-        ne_shared::telemetry::http::Exposition::encode(self)
+        ne_telemetry::http::Exposition::encode(self)
     }
 }
 
-impl ne_shared::telemetry::http::Exposition for AgentMetrics {
+impl ne_telemetry::http::Exposition for AgentMetrics {
     fn encode(&self) -> String {
-        ne_shared::telemetry::http::prometheus_text(|registry| self.register(registry))
+        ne_telemetry::http::prometheus_text(|registry| self.register(registry))
     }
 }
 
@@ -420,5 +420,20 @@ mod tests {
         assert!(text.contains("network_enforcer_agent_scraper_lag_seconds_count 7"));
         assert_eq!(lag.count(), 7);
         assert!((lag.quantile_seconds(0.5) - 0.04).abs() < 0.001);
+        // The same exposition, exported over OTLP: a histogram in seconds.
+        let request = ne_telemetry::otlp::to_request(&text, &[], 0, 1);
+        let metrics = &request.resource_metrics[0].scope_metrics[0].metrics;
+        let exported = metrics
+            .iter()
+            .find(|m| m.name == "network_enforcer_agent_scraper_lag_seconds")
+            .expect("the lag histogram is exported");
+        assert_eq!(exported.unit, "s");
+        let Some(opentelemetry_proto::tonic::metrics::v1::metric::Data::Histogram(h)) =
+            &exported.data
+        else {
+            panic!("not a histogram: {exported:?}")
+        };
+        assert_eq!(h.data_points[0].count, 7);
+        assert_eq!(h.data_points[0].bucket_counts.iter().sum::<u64>(), 7);
     }
 }

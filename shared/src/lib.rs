@@ -9,8 +9,8 @@
 //! are checked against flows with real NetworkPolicy and Istio semantics ([`eval`]).
 //!
 //! Nothing here does IO beyond reading what it is handed: no kube client, no gRPC (the
-//! ingest API's message types come from `ne-proto`; the streams live in the binaries).
-//! The one exception is [`telemetry`], the metrics endpoints both binaries serve.
+//! ingest API's message types come from `ne-proto`; the streams live in the binaries; the
+//! metrics endpoints and OTLP export live in `ne-telemetry`).
 //! [`otel_names`] holds the OpenTelemetry event and attribute names (ARCHITECTURE §5).
 
 pub mod allowlist;
@@ -23,5 +23,4 @@ pub mod index;
 pub mod otel_names;
 pub mod resolve;
 pub mod table;
-pub mod telemetry;
 pub mod time;

@@ -209,7 +209,7 @@ async fn a_failover_loses_nothing_and_counts_nothing_twice() {
         m.batches_received.get() + m.streams_opened.get()
     );
     assert_eq!(m.rejects_sent.get(), 0);
-    let text = ne_shared::telemetry::http::Exposition::encode(&**m);
+    let text = ne_telemetry::http::Exposition::encode(&**m);
     let lag_count = text
         .lines()
         .find_map(|l| l.strip_prefix("network_enforcer_leader_ingest_lag_seconds_count "))
@@ -405,7 +405,7 @@ async fn streams_without_an_accepted_token_are_refused_and_counted() {
         intruder,
     );
     let refused = |m: &LeaderMetrics| {
-        ne_shared::telemetry::http::Exposition::encode(m)
+        ne_telemetry::http::Exposition::encode(m)
             .lines()
             .find_map(|l| {
                 l.strip_prefix(

@@ -106,8 +106,8 @@ impl LeaderMetrics {
     }
 }
 
-impl ne_shared::telemetry::http::Exposition for LeaderMetrics {
+impl ne_telemetry::http::Exposition for LeaderMetrics {
     fn encode(&self) -> String {
-        ne_shared::telemetry::http::prometheus_text(|registry| self.register(registry))
+        ne_telemetry::http::prometheus_text(|registry| self.register(registry))
     }
 }

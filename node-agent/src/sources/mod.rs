@@ -5,7 +5,10 @@ pub mod backoff;
 pub mod file;
 pub mod goldmane;
 pub mod hubble;
-pub mod tls;
+/// Client TLS files (shared with the OTLP exporter).
+pub mod tls {
+    pub use ne_telemetry::tls::TlsFiles;
+}
 pub mod ztunnel;
 
 use std::sync::Arc;

@@ -1,17 +1,18 @@
-//! OTLP/gRPC export of the agent's metrics, configured by the standard OpenTelemetry
+//! OTLP/gRPC export of a binary's metrics, configured by the standard OpenTelemetry
 //! environment variables: off unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 //! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`) is set.
 //!
-//! The instruments are defined once ([`crate::metrics`]); this module reads the same
-//! exposition `/metrics` serves and turns it into an `ExportMetricsServiceRequest`, so the
-//! two views can never disagree: counters become cumulative monotonic sums, gauges gauges,
-//! and histograms cumulative explicit-bucket histograms.
+//! The instruments are defined once, with the code they measure; this module reads the same
+//! exposition `/metrics` serves ([`Exposition`]) and turns it into an
+//! `ExportMetricsServiceRequest`, so the two views can never disagree: counters become
+//! cumulative monotonic sums, gauges gauges, and histograms cumulative explicit-bucket
+//! histograms.
 //!
 //! Supported variables: `OTEL_SDK_DISABLED`, `OTEL_EXPORTER_OTLP_(METRICS_)ENDPOINT`,
 //! `OTEL_EXPORTER_OTLP_(METRICS_)PROTOCOL` (`grpc` only), `OTEL_METRIC_EXPORT_INTERVAL`
 //! (ms, default 60000), `OTEL_EXPORTER_OTLP_CERTIFICATE`,
 //! `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`, `OTEL_EXPORTER_OTLP_CLIENT_KEY`,
-//! `OTEL_SERVICE_NAME` (default `ne-agent`), `OTEL_RESOURCE_ATTRIBUTES`.
+//! `OTEL_SERVICE_NAME` (default: the binary's name), `OTEL_RESOURCE_ATTRIBUTES`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,9 +29,15 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::metrics::AgentMetrics;
-use crate::sink::now_nanos;
-use crate::sources::tls::TlsFiles;
+use crate::http::Exposition;
+use crate::tls::TlsFiles;
+
+/// Nanoseconds since the Unix epoch, now.
+fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
 
 /// Where and how often to export.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,10 +50,13 @@ pub struct OtlpConfig {
 
 impl OtlpConfig {
     /// Reads the configuration from `env` (a lookup such as `std::env::var(..).ok()`).
+    /// `service` is the default `service.name`; `attributes` are resource attributes the
+    /// binary knows (`k8s.node.name`, `k8s.pod.name`), before `OTEL_RESOURCE_ATTRIBUTES`.
     /// `Ok(None)` when export is not configured or disabled.
     pub fn from_env(
         env: impl Fn(&str) -> Option<String>,
-        node: Option<&str>,
+        service: &str,
+        attributes: &[(&str, &str)],
     ) -> anyhow::Result<Option<Self>> {
         let var = |k: &str| env(k).filter(|v| !v.trim().is_empty());
         if var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
@@ -61,7 +71,7 @@ impl OtlpConfig {
             .or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL"));
         if let Some(p) = protocol.filter(|p| p != "grpc") {
             bail!(
-                "OTEL_EXPORTER_OTLP_PROTOCOL={p} is not supported: the agent exports OTLP over gRPC only"
+                "OTEL_EXPORTER_OTLP_PROTOCOL={p} is not supported: metrics are exported over OTLP/gRPC only"
             );
         }
         let interval = match var("OTEL_METRIC_EXPORT_INTERVAL") {
@@ -83,10 +93,10 @@ impl OtlpConfig {
         }
         let mut resource = vec![(
             "service.name".to_owned(),
-            var("OTEL_SERVICE_NAME").unwrap_or_else(|| "ne-agent".into()),
+            var("OTEL_SERVICE_NAME").unwrap_or_else(|| service.to_owned()),
         )];
-        if let Some(node) = node {
-            resource.push(("k8s.node.name".to_owned(), node.to_owned()));
+        for (k, v) in attributes {
+            resource.push(((*k).to_owned(), (*v).to_owned()));
         }
         for pair in var("OTEL_RESOURCE_ATTRIBUTES")
             .iter()
@@ -118,8 +128,8 @@ impl OtlpConfig {
 }
 
 /// Exports every `interval` until the task is dropped. Failures are logged and retried at
-/// the next interval; they never affect the agent.
-pub async fn run(config: OtlpConfig, metrics: Arc<AgentMetrics>) {
+/// the next interval; they never affect the process.
+pub async fn run(config: OtlpConfig, metrics: Arc<dyn Exposition>) {
     let channel = match config.channel() {
         Ok(c) => c,
         Err(error) => {
@@ -153,7 +163,7 @@ struct Family {
     samples: Vec<(LabelPairs, String, f64)>,
 }
 
-/// Turns OpenMetrics text (as [`AgentMetrics::encode`] writes it) into an OTLP request.
+/// Turns OpenMetrics text (as [`Exposition::encode`] writes it) into an OTLP request.
 pub fn to_request(
     text: &str,
     resource: &[(String, String)],
@@ -267,48 +277,52 @@ fn to_metric(name: String, f: Family, start: i64, now: i64) -> Option<Metric> {
     })
 }
 
-/// One unlabelled histogram (the agent's histograms have no labels).
+/// A histogram family: one data point per label set (the labels other than `le`).
 fn histogram(f: &Family, start: u64, now: u64) -> Histogram {
-    let value = |suffix: &str| {
-        f.samples
-            .iter()
-            .find(|s| s.1 == suffix)
-            .map_or(0.0, |s| s.2)
-    };
-    let mut bounds = Vec::new();
-    let mut counts = Vec::new();
-    let mut below = 0u64;
+    let mut series: BTreeMap<LabelPairs, HistogramDataPoint> = BTreeMap::new();
+    // The cumulative count of the previous bucket of each series.
+    let mut below: BTreeMap<LabelPairs, u64> = BTreeMap::new();
     for (labels, suffix, v) in &f.samples {
-        if suffix != "_bucket" {
-            continue;
-        }
-        let cumulative = *v as u64;
-        counts.push(cumulative.saturating_sub(below));
-        below = cumulative;
-        if let Some(le) = labels
+        let le = labels
             .iter()
             .find(|(k, _)| k == "le")
-            .and_then(|(_, v)| v.parse::<f64>().ok())
-            && le.is_finite()
-        {
-            bounds.push(le);
+            .map(|(_, v)| v.parse::<f64>().ok());
+        let key: LabelPairs = labels.iter().filter(|(k, _)| k != "le").cloned().collect();
+        let point = series
+            .entry(key.clone())
+            .or_insert_with(|| HistogramDataPoint {
+                attributes: key.iter().map(|(k, v)| kv(k, v)).collect(),
+                start_time_unix_nano: start,
+                time_unix_nano: now,
+                ..Default::default()
+            });
+        match suffix.as_str() {
+            "_bucket" => {
+                let cumulative = *v as u64;
+                let previous = below.entry(key).or_default();
+                point
+                    .bucket_counts
+                    .push(cumulative.saturating_sub(*previous));
+                *previous = cumulative;
+                if let Some(Some(le)) = le
+                    && le.is_finite()
+                {
+                    point.explicit_bounds.push(le);
+                }
+            }
+            "_count" => point.count = *v as u64,
+            "_sum" => point.sum = Some(*v),
+            _ => {}
         }
     }
     Histogram {
-        data_points: vec![HistogramDataPoint {
-            start_time_unix_nano: start,
-            time_unix_nano: now,
-            count: value("_count") as u64,
-            sum: Some(value("_sum")),
-            bucket_counts: counts,
-            explicit_bounds: bounds,
-            ..Default::default()
-        }],
+        data_points: series.into_values().collect(),
         aggregation_temporality: AggregationTemporality::Cumulative as i32,
     }
 }
 
-fn kv(k: &str, v: &str) -> KeyValue {
+/// A string attribute.
+pub fn kv(k: &str, v: &str) -> KeyValue {
     KeyValue {
         key: k.to_owned(),
         value: Some(AnyValue {
@@ -319,7 +333,7 @@ fn kv(k: &str, v: &str) -> KeyValue {
 }
 
 /// `name{a="x",b="y"} 12.5` → (name, labels, value). `None` for anything else.
-fn parse_sample(line: &str) -> Option<(&str, LabelPairs, f64)> {
+pub fn parse_sample(line: &str) -> Option<(&str, LabelPairs, f64)> {
     let (series, rest) = match line.find('{') {
         Some(open) => {
             let close = open + line[open..].find("} ")?;

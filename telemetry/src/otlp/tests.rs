@@ -6,8 +6,14 @@ use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::
 };
 use tokio::sync::mpsc;
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family as Series;
+use prometheus_client::metrics::gauge::Gauge as GaugeMetric;
+use prometheus_client::metrics::histogram::Histogram as HistogramMetric;
+use prometheus_client::registry::Unit;
+
 use super::*;
-use crate::metrics::{DropReason, SourceLabel};
+use crate::http::prometheus_text;
 
 fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     let map: HashMap<String, String> = vars
@@ -19,14 +25,18 @@ fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
 
 #[test]
 fn configured_only_by_the_standard_variables() {
-    assert_eq!(OtlpConfig::from_env(env(&[]), None).unwrap(), None);
+    assert_eq!(
+        OtlpConfig::from_env(env(&[]), "ne-agent", &[]).unwrap(),
+        None
+    );
     assert_eq!(
         OtlpConfig::from_env(
             env(&[
                 ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"),
                 ("OTEL_SDK_DISABLED", "true")
             ]),
-            None
+            "ne-agent",
+            &[]
         )
         .unwrap(),
         None
@@ -40,7 +50,8 @@ fn configured_only_by_the_standard_variables() {
                 "k8s.cluster.name=prod, team=net",
             ),
         ]),
-        Some("worker-1"),
+        "ne-agent",
+        &[("k8s.node.name", "worker-1")],
     )
     .unwrap()
     .unwrap();
@@ -61,12 +72,14 @@ fn configured_only_by_the_standard_variables() {
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
         ]),
-        None,
+        "ne-agent",
+        &[],
     );
     assert!(http.unwrap_err().to_string().contains("gRPC only"));
     let https = OtlpConfig::from_env(
         env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4317")]),
-        None,
+        "ne-agent",
+        &[],
     );
     assert!(
         https
@@ -79,21 +92,51 @@ fn configured_only_by_the_standard_variables() {
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c"),
             ("OTEL_METRIC_EXPORT_INTERVAL", "1m"),
         ]),
-        None,
+        "ne-agent",
+        &[],
     );
     assert!(bad.is_err());
 }
 
-fn sample_metrics() -> AgentMetrics {
-    let m = AgentMetrics::default();
-    m.flows_received
-        .get_or_create(&SourceLabel { source: "hubble" })
-        .inc_by(3);
-    m.dropped(DropReason::reply);
-    m.edges.set(2);
-    for ms in [2, 30, 30] {
-        m.scraper_lag.record_nanos(ms * 1_000_000);
+/// Instruments of every kind, as a binary defines them.
+#[derive(Debug)]
+struct Sample {
+    flows: Series<Vec<(String, String)>, Counter>,
+    edges: GaugeMetric,
+    duration: Series<Vec<(String, String)>, HistogramMetric>,
+}
+
+impl Exposition for Sample {
+    fn encode(&self) -> String {
+        prometheus_text(|r| {
+            let r = r.sub_registry_with_prefix("network_enforcer");
+            r.register("agent_flows_received", "Flows", self.flows.clone());
+            r.register("agent_edges", "Edges", self.edges.clone());
+            r.register_with_unit(
+                "leader_reconcile_duration",
+                "Rounds",
+                Unit::Seconds,
+                self.duration.clone(),
+            );
+        })
     }
+}
+
+fn sample_metrics() -> Sample {
+    let m = Sample {
+        flows: Series::default(),
+        edges: GaugeMetric::default(),
+        duration: Series::new_with_constructor(|| HistogramMetric::new([0.005, 0.05, 1.0])),
+    };
+    m.flows
+        .get_or_create(&vec![("source".to_owned(), "hubble".to_owned())])
+        .inc_by(3);
+    m.edges.set(2);
+    let label = |c: &str| vec![("controller".to_owned(), c.to_owned())];
+    for s in [0.002, 0.03, 0.03] {
+        m.duration.get_or_create(&label("proposals")).observe(s);
+    }
+    m.duration.get_or_create(&label("violations")).observe(2.0);
     m
 }
 
@@ -126,19 +169,27 @@ fn assert_sample_request(req: &ExportMetricsServiceRequest) {
         panic!()
     };
     assert_eq!(point_value(&edges.data_points[0]), 2.0);
-    let lag = metric(req, "network_enforcer_agent_scraper_lag_seconds");
-    assert_eq!(lag.unit, "s");
-    let Some(metric::Data::Histogram(h)) = &lag.data else {
+    let duration = metric(req, "network_enforcer_leader_reconcile_duration_seconds");
+    assert_eq!(duration.unit, "s");
+    let Some(metric::Data::Histogram(h)) = &duration.data else {
         panic!("not a histogram")
     };
-    let p = &h.data_points[0];
+    // One data point per label set, each with its own buckets.
+    assert_eq!(h.data_points.len(), 2);
+    let point = |c: &str| {
+        h.data_points
+            .iter()
+            .find(|p| p.attributes == vec![kv("controller", c)])
+            .unwrap_or_else(|| panic!("no point for {c}"))
+    };
+    let p = point("proposals");
     assert_eq!(p.count, 3);
-    assert_eq!(p.bucket_counts.iter().sum::<u64>(), 3);
-    assert_eq!(p.bucket_counts.len(), p.explicit_bounds.len() + 1);
-    // 2 ms falls in the first bucket (≤ 5 ms), both 30 ms ones in (25 ms, 50 ms].
-    assert_eq!(p.bucket_counts[0], 1);
-    let i = p.explicit_bounds.iter().position(|&b| b == 0.05).unwrap();
-    assert_eq!(p.bucket_counts[i], 2);
+    assert_eq!(p.explicit_bounds, [0.005, 0.05, 1.0]);
+    // 2 ms in the first bucket (≤ 5 ms), both 30 ms ones in (5 ms, 50 ms].
+    assert_eq!(p.bucket_counts, [1, 2, 0, 0]);
+    let v = point("violations");
+    assert_eq!((v.count, v.sum), (1, Some(2.0)));
+    assert_eq!(v.bucket_counts, [0, 0, 0, 1]);
     let resource = req.resource_metrics[0].resource.as_ref().unwrap();
     assert!(
         resource
@@ -201,7 +252,8 @@ async fn exports_to_a_real_receiver() {
             ("OTEL_EXPORTER_OTLP_ENDPOINT", &format!("http://{addr}")),
             ("OTEL_METRIC_EXPORT_INTERVAL", "10"),
         ]),
-        None,
+        "ne-agent",
+        &[],
     )
     .unwrap()
     .unwrap();
