@@ -88,6 +88,11 @@ pub struct RunArgs {
     /// or `-` (stdout). With `--standalone` (no cluster) this is where they go.
     #[arg(long, env = "NE_OUTPUT")]
     pub output: Option<String>,
+    /// Label this replica's Pod `networkenforcer.kubewarden.io/leader=true` while it holds
+    /// the Lease, for the leader-only Service agents connect to. Default: on when running in
+    /// a pod (env `POD_NAME` and `POD_NAMESPACE` set) with a Lease.
+    #[arg(long, env = "NE_LABEL_LEADER_POD")]
+    pub label_leader_pod: Option<bool>,
     /// Do not write to the cluster (no proposals, policies or native objects): learn and
     /// serve ingest only. Implied by `--standalone`.
     #[arg(long, env = "NE_NO_CONTROLLER")]

@@ -30,6 +30,12 @@ impl LeaseLeadership {
         self.holds.wait_for(|held| *held).await.is_ok()
     }
 
+    /// A receiver of the leadership flag. It is a handle on the Lease like this one: the Lease
+    /// is released only once every receiver is dropped.
+    pub fn receiver(&self) -> watch::Receiver<bool> {
+        self.holds.clone()
+    }
+
     /// Waits for the next change of leadership; `None` once the election stopped.
     pub async fn changed(&mut self) -> Option<bool> {
         self.holds.changed().await.ok()?;

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod controller;
 pub mod election;
 pub mod ingest;
+pub mod leader_label;
 pub mod live;
 pub mod offline;
 

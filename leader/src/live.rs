@@ -30,6 +30,7 @@ use crate::controller::{Controller, Settings};
 use crate::election::{self, LeaseLeadership};
 use crate::ingest::Leadership;
 use crate::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics};
+use crate::leader_label::{self, PodLabeler};
 use crate::offline::learn::{proposals, to_yaml_stream, write_proposals};
 
 impl From<ProviderArg> for Provider {
@@ -61,7 +62,8 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on --ingest-address {}", args.ingest_address))?;
     let address = listener.local_addr()?;
-    let (leadership, election) = leadership(args).await?;
+    let metrics = Arc::new(LeaderMetrics::default());
+    let (leadership, election) = leadership(args, &metrics).await?;
     let auth: Arc<dyn Authenticator> = if args.insecure_ingest {
         tracing::warn!("--insecure-ingest: agent streams are NOT authenticated (development only)");
         Arc::new(Insecure)
@@ -72,7 +74,6 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         tracing::info!(service_accounts = ?args.agent_service_accounts, "agent streams need a ServiceAccount token");
         Arc::new(TokenReviews::new(client, &args.agent_service_accounts))
     };
-    let metrics = Arc::new(LeaderMetrics::default());
     let controller_metrics = Arc::new(ControllerMetrics::default());
     let metrics_listener = tokio::net::TcpListener::bind(args.metrics_address)
         .await
@@ -192,6 +193,16 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
     if let Some(election) = election {
         election.logger.abort();
         let _ = election.logger.await;
+        if let Some((labeler, task)) = election.label {
+            task.abort();
+            let _ = task.await;
+            // Out of the leader-only Service before the Lease goes to a standby.
+            match tokio::time::timeout(std::time::Duration::from_secs(3), labeler.set(false)).await
+            {
+                Ok(Ok(())) => tracing::info!("pod leader label removed"),
+                _ => tracing::warn!("cannot remove the pod's leader label"),
+            }
+        }
         match tokio::time::timeout(std::time::Duration::from_secs(5), election.task).await {
             Ok(_) => tracing::info!("Lease released"),
             Err(_) => tracing::warn!("the Lease was not released within 5 s; it will expire"),
@@ -223,9 +234,14 @@ struct Election {
     >,
     /// Logs leadership changes; holds a handle on the Lease.
     logger: tokio::task::JoinHandle<()>,
+    /// Keeps the pod's leader label (also a handle on the Lease).
+    label: Option<(PodLabeler, tokio::task::JoinHandle<()>)>,
 }
 
-async fn leadership(args: &RunArgs) -> anyhow::Result<(Leader, Option<Election>)> {
+async fn leadership(
+    args: &RunArgs,
+    metrics: &Arc<LeaderMetrics>,
+) -> anyhow::Result<(Leader, Option<Election>)> {
     if args.standalone {
         tracing::warn!("--standalone: leading without a Lease (one replica, development only)");
         return Ok((Leader::Always, None));
@@ -234,8 +250,31 @@ async fn leadership(args: &RunArgs) -> anyhow::Result<(Leader, Option<Election>)
         .await
         .context("no Kubernetes configuration (in-cluster or KUBECONFIG); use --standalone to run without a cluster")?;
     let identity = identity(args);
-    let (lease, task) =
-        election::join(client, &args.lease_namespace, &args.lease_name, &identity).await?;
+    let (lease, task) = election::join(
+        client.clone(),
+        &args.lease_namespace,
+        &args.lease_name,
+        &identity,
+    )
+    .await?;
+    let pod = std::env::var("POD_NAME").ok().filter(|p| !p.is_empty());
+    let in_pod = pod.is_some() && std::env::var("POD_NAMESPACE").is_ok_and(|n| !n.is_empty());
+    let label = match (args.label_leader_pod.unwrap_or(in_pod), pod) {
+        (true, Some(pod)) => {
+            let namespace =
+                std::env::var("POD_NAMESPACE").unwrap_or_else(|_| args.lease_namespace.clone());
+            let labeler = PodLabeler::new(client, &namespace, &pod);
+            tracing::info!(%pod, %namespace, label = leader_label::LEADER_LABEL, "labelling this pod while it leads");
+            let task = tokio::spawn(leader_label::follow(
+                labeler.clone(),
+                lease.receiver(),
+                metrics.clone(),
+            ));
+            Some((labeler, task))
+        }
+        (true, None) => anyhow::bail!("--label-leader-pod needs the pod's name in env POD_NAME"),
+        (false, _) => None,
+    };
     tracing::info!(lease = %format!("{}/{}", args.lease_namespace, args.lease_name), %identity, "joined the leader election");
     let mut watch = lease.clone();
     let logger = tokio::spawn(async move {
@@ -247,7 +286,14 @@ async fn leadership(args: &RunArgs) -> anyhow::Result<(Leader, Option<Election>)
             }
         }
     });
-    Ok((Leader::Lease(lease), Some(Election { task, logger })))
+    Ok((
+        Leader::Lease(lease),
+        Some(Election {
+            task,
+            logger,
+            label,
+        }),
+    ))
 }
 
 /// This replica's identity: `--identity` (env `POD_NAME`), else the host name and the

@@ -28,6 +28,8 @@ pub struct LeaderMetrics {
     pub ingest_lag: Histogram,
     /// Distinct edges in the merged index.
     pub edges: Gauge,
+    /// Failed updates of the pod's leader label (leader discovery).
+    pub pod_label_failures: Counter,
 }
 
 impl Default for LeaderMetrics {
@@ -44,6 +46,7 @@ impl Default for LeaderMetrics {
             // 10 ms to about 3 h.
             ingest_lag: Histogram::new(exponential_buckets(0.01, 4.0, 10)),
             edges: Gauge::default(),
+            pod_label_failures: Counter::default(),
         }
     }
 }
@@ -74,6 +77,11 @@ impl LeaderMetrics {
                 &self.edges_received,
             ),
             ("leader_acks_sent", "Acks sent to agents", &self.acks_sent),
+            (
+                "leader_pod_label_failures",
+                "Failed updates of this pod's leader label (leader discovery)",
+                &self.pod_label_failures,
+            ),
             (
                 "leader_rejects_sent",
                 "Batches rejected (the stream then ends)",

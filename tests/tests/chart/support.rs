@@ -13,8 +13,9 @@ use serde_json::Value;
 /// The release namespace render.py renders into.
 pub const NAMESPACE: &str = "network-enforcer";
 /// The label the leader sets on its own pod while it holds the Lease.
-// TODO: compare with the leader's pub const once it lands in leader/src.
-pub const LEADER_POD_LABEL: &str = "networkenforcer.kubewarden.io/leader";
+/// The label the leader sets on its own pod while it holds the Lease (the leader-only
+/// Service selects it).
+pub const LEADER_POD_LABEL: &str = ne_leader::leader_label::LEADER_LABEL;
 
 /// One rendered case: its objects (NOTES.txt aside) and NOTES.txt.
 #[derive(Debug)]
