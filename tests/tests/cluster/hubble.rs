@@ -134,3 +134,96 @@ fn observed(src: &Side<'_>, dst: &Side<'_>, port: u16, at_ingress: bool) -> Stri
     });
     json!({"flow": flow, "node_name": "e2e/worker-1", "time": now}).to_string()
 }
+
+/// A Hubble server that streams a fixed script once per call: `first`, then (once the gate
+/// opens) `rest`, then holds the stream open, as a node's Hubble does between flows.
+#[derive(Clone)]
+pub struct ScriptedHubble {
+    first: Arc<Vec<GetFlowsResponse>>,
+    rest: Arc<Vec<GetFlowsResponse>>,
+    gate: tokio::sync::watch::Receiver<bool>,
+    sent: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ScriptedHubble {
+    /// Serves on a new unix socket at `path` until the runtime ends. `gate` releases `rest`.
+    pub fn serve(
+        path: &Path,
+        first: Vec<GetFlowsResponse>,
+        rest: Vec<GetFlowsResponse>,
+        gate: tokio::sync::watch::Receiver<bool>,
+    ) -> Self {
+        let _ = std::fs::remove_file(path);
+        let listener = tokio::net::UnixListener::bind(path).unwrap();
+        let hubble = ScriptedHubble {
+            first: Arc::new(first),
+            rest: Arc::new(rest),
+            gate,
+            sent: Arc::default(),
+        };
+        let service = ObserverServer::new(hubble.clone());
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(UnixListenerStream::new(listener))
+                .await
+                .unwrap();
+        });
+        hubble
+    }
+
+    /// Responses sent so far (over every call).
+    pub fn sent(&self) -> usize {
+        self.sent.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[tonic::async_trait]
+impl Observer for ScriptedHubble {
+    type GetFlowsStream = ReceiverStream<Result<GetFlowsResponse, Status>>;
+
+    async fn get_flows(
+        &self,
+        _request: Request<GetFlowsRequest>,
+    ) -> Result<Response<Self::GetFlowsStream>, Status> {
+        let (tx, rx) = mpsc::channel(16);
+        let script = self.clone();
+        tokio::spawn(async move {
+            for flow in script.first.iter() {
+                if tx.send(Ok(flow.clone())).await.is_err() {
+                    return;
+                }
+                script
+                    .sent
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            let mut gate = script.gate.clone();
+            if gate.wait_for(|open| *open).await.is_err() {
+                return;
+            }
+            for flow in script.rest.iter() {
+                if tx.send(Ok(flow.clone())).await.is_err() {
+                    return;
+                }
+                script
+                    .sent
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            // Hold the stream open until the agent goes.
+            tx.closed().await;
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn server_status(
+        &self,
+        _request: Request<ServerStatusRequest>,
+    ) -> Result<Response<ServerStatusResponse>, Status> {
+        Ok(Response::new(ServerStatusResponse::default()))
+    }
+}
+
+/// Every line of Hubble JSON `capture` as the response a Hubble server sends.
+pub fn responses(capture: &str) -> Vec<GetFlowsResponse> {
+    flows::responses(capture)
+}

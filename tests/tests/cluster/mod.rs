@@ -111,14 +111,20 @@ impl Drop for Process {
     }
 }
 
-/// A built binary of the workspace: `cargo build -p <package> --bin <name>` (a no-op when it
-/// is up to date), then its path next to this test executable.
-pub fn binary(package: &str, name: &str) -> PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", package, "--bin", name])
-        .status()
-        .expect("cannot run cargo");
-    assert!(status.success(), "cannot build {name}");
+/// A built binary of the workspace, next to this test executable. The workspace's test
+/// build is brought up to date once per process (`cargo test --workspace --no-run`: a no-op
+/// under `cargo test --workspace`, which builds the binaries with the same features, so
+/// nothing is built twice).
+pub fn binary(_package: &str, name: &str) -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["test", "--workspace", "--no-run", "--quiet"])
+            .stdout(Stdio::null())
+            .status()
+            .expect("cannot run cargo");
+        assert!(status.success(), "cannot build the workspace's binaries");
+    });
     let exe = std::env::current_exe().unwrap();
     // target/<profile>/deps/<test> → target/<profile>/<name>
     let path = exe.parent().unwrap().parent().unwrap().join(name);

@@ -1,0 +1,287 @@
+//! Agent → leader against a real API server (`#[ignore]`, run with `KUBECONFIG`):
+//!
+//! - TokenReview: the leader's authenticator accepts a projected-style token of the agent
+//!   ServiceAccount (audience `network-enforcer`) and refuses a token for another audience
+//!   or another ServiceAccount, with the gRPC status agents see.
+//! - Failover: two real `ne-leader run` processes on one Lease and two real `ne-agent`
+//!   processes (`--leader-address A,B`, tokens minted for the agent ServiceAccount) fed by
+//!   test Hubble servers; the Lease holder is killed (SIGKILL) mid-stream; the survivor's
+//!   merged index (its proposals, with per-peer counts) equals offline `learn` on everything
+//!   the Hubble servers sent: nothing lost, nothing counted twice.
+//!
+//! Run: `KUBECONFIG=... cargo test -p ne-tests --test ingest_cluster -- --ignored`.
+
+mod cluster;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use cluster::hubble::{ScriptedHubble, responses};
+use cluster::*;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use ne_leader::auth::{AUDIENCE, Authenticator, TokenReviews};
+use ne_leader::cli::{InputArgs, InputFormat, LearnArgs, SummaryFormat};
+use ne_leader::offline::learn::{learn, write_proposals};
+
+const AGENT_SA: &str = "network-enforcer-agent";
+
+async fn service_account(client: &Client, ns: &str, name: &str) {
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let mut sa = ServiceAccount::default();
+    sa.metadata.name = Some(name.to_owned());
+    api.create(&PostParams::default(), &sa).await.unwrap();
+}
+
+/// A token of ServiceAccount `ns/name` for `audience` (the TokenRequest API, as kubelet
+/// mints projected tokens).
+async fn token(client: &Client, ns: &str, name: &str, audience: &str) -> String {
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![audience.to_owned()],
+            expiration_seconds: Some(3600),
+            bound_object_ref: None,
+        },
+        ..TokenRequest::default()
+    };
+    let answer = api
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("cannot mint a token for {ns}/{name}: {e}"));
+    answer.status.expect("a token").token
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster (KUBECONFIG with rights to create namespaces, service accounts, token requests and token reviews)"]
+async fn token_review_accepts_only_the_agent_service_account() {
+    let client = Client::try_default().await.expect("KUBECONFIG");
+    let ns = TempNamespace::new(&client, "ne-e2e-auth").await;
+    service_account(&client, &ns.name, AGENT_SA).await;
+    service_account(&client, &ns.name, "other").await;
+    let agent = token(&client, &ns.name, AGENT_SA, AUDIENCE).await;
+    let wrong_audience = token(&client, &ns.name, AGENT_SA, "someone-else").await;
+    let other = token(&client, &ns.name, "other", AUDIENCE).await;
+    let auth = TokenReviews::new(client.clone(), &[format!("{}:{AGENT_SA}", ns.name)]);
+
+    let user = auth
+        .authenticate(Some(&agent))
+        .await
+        .expect("the agent's token");
+    assert_eq!(
+        user,
+        format!("system:serviceaccount:{}:{AGENT_SA}", ns.name)
+    );
+    // Cached: the same answer again.
+    assert_eq!(auth.authenticate(Some(&agent)).await.unwrap(), user);
+
+    let refused = auth.authenticate(Some(&wrong_audience)).await.unwrap_err();
+    assert_eq!(
+        (refused.status.code(), refused.reason),
+        (tonic::Code::Unauthenticated, "unauthenticated")
+    );
+    let refused = auth.authenticate(Some(&other)).await.unwrap_err();
+    assert_eq!(
+        (refused.status.code(), refused.reason),
+        (tonic::Code::PermissionDenied, "forbidden")
+    );
+    let refused = auth.authenticate(Some("not-a-token")).await.unwrap_err();
+    assert_eq!(refused.status.code(), tonic::Code::Unauthenticated);
+    let refused = auth.authenticate(None).await.unwrap_err();
+    assert_eq!(refused.status.code(), tonic::Code::Unauthenticated);
+}
+
+fn capture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/flows/hubble.jsonl")
+}
+
+/// A directory's files and their contents.
+fn files(dir: &Path) -> BTreeMap<String, String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| {
+                    let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                    (e.file_name().to_string_lossy().into_owned(), text)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What offline `learn` writes for the capture: the expected merged index, as proposals.
+fn learned_offline(dir: &Path) -> BTreeMap<String, String> {
+    let args = LearnArgs {
+        input: InputArgs {
+            input: vec![capture()],
+            cluster: None,
+            format: InputFormat::Auto,
+            strict: false,
+        },
+        output: "-".to_owned(),
+        exclude_namespaces: vec!["kube-system".to_owned()],
+        summary: SummaryFormat::Table,
+    };
+    write_proposals(&learn(&args).unwrap().proposals, dir.to_str().unwrap()).unwrap();
+    let out = files(dir);
+    assert!(!out.is_empty());
+    out
+}
+
+/// `GET path` on a loopback HTTP server (the leader's /metrics), the body.
+fn http_get(address: &str, path: &str) -> Option<String> {
+    let mut stream = std::net::TcpStream::connect(address).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    Some(text.split_once("\r\n\r\n")?.1.to_owned())
+}
+
+/// The value of an unlabelled sample in Prometheus text.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+struct Leader {
+    identity: &'static str,
+    ingest: String,
+    metrics: String,
+    output: PathBuf,
+    process: Process,
+}
+
+fn start_leader(identity: &'static str, ns: &str, dir: &Path) -> Leader {
+    let (ingest, metrics) = (free_address(), free_address());
+    let output = dir.join(identity);
+    let mut command = Command::new(binary("ne-leader", "ne-leader"));
+    command
+        .args(["run", "--provider", "cilium", "--no-controller"])
+        .args(["--lease-namespace", ns, "--identity", identity])
+        .args(["--agent-service-accounts", &format!("{ns}:{AGENT_SA}")])
+        .args(["--ingest-address", &ingest, "--metrics-address", &metrics])
+        .args(["--flush-interval", "200ms", "--output"])
+        .arg(&output)
+        .env("RUST_LOG", "info");
+    Leader {
+        identity,
+        ingest,
+        metrics,
+        output,
+        process: Process::spawn(identity, command),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster (KUBECONFIG with rights to create namespaces, service accounts, token requests, token reviews and leases)"]
+async fn killing_the_lease_holder_mid_stream_loses_nothing_and_counts_nothing_twice() {
+    let client = Client::try_default().await.expect("KUBECONFIG");
+    let ns = TempNamespace::new(&client, "ne-e2e-failover").await;
+    let dir = std::env::temp_dir().join(format!("ne-e2e-failover-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let expected = learned_offline(&dir.join("expected"));
+
+    service_account(&client, &ns.name, AGENT_SA).await;
+    let token_file = dir.join("token");
+    std::fs::write(
+        &token_file,
+        token(&client, &ns.name, AGENT_SA, AUDIENCE).await,
+    )
+    .unwrap();
+
+    let mut leaders = vec![
+        start_leader("leader-a", &ns.name, &dir),
+        start_leader("leader-b", &ns.name, &dir),
+    ];
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let holder = eventually("a Lease holder", || async {
+        let lease = leases.get_opt("network-enforcer-leader").await.ok()??;
+        lease.spec?.holder_identity
+    })
+    .await;
+
+    // Two nodes, each with half of the capture; each stream pauses halfway until the gate.
+    let all = responses(&std::fs::read_to_string(capture()).unwrap());
+    let (gate, gated) = tokio::sync::watch::channel(false);
+    let mut hubbles = Vec::new();
+    let mut agents = Vec::new();
+    let addresses = format!("{},{}", leaders[0].ingest, leaders[1].ingest);
+    for node in 0..2 {
+        let mine: Vec<_> = all.iter().skip(node).step_by(2).cloned().collect();
+        let half = mine.len() / 2;
+        let socket = dir.join(format!("hubble-{node}.sock"));
+        hubbles.push(ScriptedHubble::serve(
+            &socket,
+            mine[..half].to_vec(),
+            mine[half..].to_vec(),
+            gated.clone(),
+        ));
+        let mut agent = Command::new(binary("ne-node-agent", "ne-agent"));
+        agent
+            .args(["--source", "hubble", "--hubble-address"])
+            .arg(format!("unix://{}", socket.display()))
+            .args(["--node-name", &format!("worker-{node}")])
+            .args(["--leader-address", &addresses, "--leader-token-file"])
+            .arg(&token_file)
+            .args([
+                "--metrics-address",
+                "127.0.0.1:0",
+                "--flush-interval",
+                "200ms",
+            ]);
+        agents.push(Process::spawn(&format!("agent-{node}"), agent));
+    }
+
+    // Mid-stream: both agents stream to the holder, the second halves not sent yet.
+    let active = leaders
+        .iter()
+        .position(|l| l.identity == holder)
+        .expect("the holder is one of ours");
+    let holder_metrics = leaders[active].metrics.clone();
+    eventually("both agents streaming to the Lease holder", || {
+        let address = holder_metrics.clone();
+        async move {
+            let text = http_get(&address, "/metrics")?;
+            let streams = sample(&text, "network_enforcer_leader_streams_active")?;
+            let batches = sample(&text, "network_enforcer_leader_batches_received_total")?;
+            (streams >= 2.0 && batches >= 2.0).then_some(())
+        }
+    })
+    .await;
+    let sent_before: usize = hubbles.iter().map(ScriptedHubble::sent).sum();
+    assert!(sent_before < all.len(), "the kill must come mid-stream");
+    leaders[active].process.kill();
+    gate.send(true).unwrap();
+
+    let survivor = &leaders[1 - active];
+    eventually("the survivor holds the Lease", || async {
+        let lease = leases.get_opt("network-enforcer-leader").await.ok()??;
+        (lease.spec?.holder_identity.as_deref() == Some(survivor.identity)).then_some(())
+    })
+    .await;
+    let output = survivor.output.clone();
+    let got = eventually("the survivor's index equals everything sent", || {
+        let output = output.clone();
+        let expected = expected.clone();
+        async move {
+            let got = files(&output);
+            (got == expected).then_some(got)
+        }
+    })
+    .await;
+    assert_eq!(got.len(), expected.len());
+    assert_eq!(
+        hubbles.iter().map(ScriptedHubble::sent).sum::<usize>(),
+        all.len()
+    );
+    drop(agents);
+    leaders.clear();
+    let _ = std::fs::remove_dir_all(&dir);
+}
