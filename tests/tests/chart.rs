@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 
 #[path = "chart/support.rs"]
 mod chart_support;
+mod cluster;
 use chart_support::*;
 
 const PROVIDERS: [&str; 3] = ["cilium", "calico", "istio"];
@@ -777,4 +778,142 @@ fn notes_tell_the_next_commands() {
         assert!(notes.contains("port-forward svc/ne-otel-collector"));
         assert_eq!(notes.contains("goldmane-key-pair"), provider == "calico");
     }
+}
+
+/// Against a real API server: the chart's ClusterRoles, aggregated by the cluster into the
+/// built-in `view` and `edit` roles, let a namespace `edit` user promote a proposal (patch),
+/// change and acknowledge a policy (patch) and delete it, and a `view` user only read.
+/// Answered by SubjectAccessReviews for ServiceAccounts bound in a temporary namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster (KUBECONFIG with rights to create ClusterRoles, namespaces, RoleBindings and SubjectAccessReviews)"]
+async fn namespace_edit_users_promote_and_acknowledge_and_view_users_only_read() {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+    use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+    use kube::{Api, Client};
+
+    /// Deletes the ClusterRoles the test applied, whatever happens.
+    struct Installed(Api<ClusterRole>, Vec<&'static str>);
+    impl Drop for Installed {
+        fn drop(&mut self) {
+            let (api, names) = (self.0.clone(), std::mem::take(&mut self.1));
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    for name in names {
+                        let _ = api.delete(name, &DeleteParams::default()).await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+
+    let client = Client::try_default().await.expect("KUBECONFIG");
+    let case = case("cilium-none");
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let mut installed = Installed(roles.clone(), Vec::new());
+    for name in ["ne-view", "ne-edit"] {
+        let role: ClusterRole =
+            serde_json::from_value(case.get("ClusterRole", name).clone()).unwrap();
+        roles
+            .patch(
+                name,
+                &PatchParams::apply("ne-e2e").force(),
+                &Patch::Apply(&role),
+            )
+            .await
+            .unwrap();
+        installed.1.push(name);
+    }
+    let ns = cluster::TempNamespace::new(&client, "ne-e2e-rbac").await;
+    let ns_name = ns.name.clone();
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns_name);
+    for (user, role) in [("editor", "edit"), ("viewer", "view")] {
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": user},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": user, "namespace": ns_name}],
+        }))
+        .unwrap();
+        bindings
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+    }
+    let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
+    let allowed = |user: &'static str, verb: &'static str, resource: &'static str| {
+        let reviews = reviews.clone();
+        let ns_name = ns_name.clone();
+        async move {
+            let review = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: Some(format!("system:serviceaccount:{ns_name}:{user}")),
+                    groups: Some(vec!["system:serviceaccounts".to_owned()]),
+                    resource_attributes: Some(ResourceAttributes {
+                        namespace: Some(ns_name.clone()),
+                        group: Some(ne_crds::GROUP.to_owned()),
+                        resource: Some(resource.to_owned()),
+                        verb: Some(verb.to_owned()),
+                        ..ResourceAttributes::default()
+                    }),
+                    ..SubjectAccessReviewSpec::default()
+                },
+                ..SubjectAccessReview::default()
+            };
+            let answer = reviews
+                .create(&PostParams::default(), &review)
+                .await
+                .unwrap();
+            answer.status.is_some_and(|s| s.allowed)
+        }
+    };
+    let (wnpp, wnp) = ("workloadnetworkpolicyproposals", "workloadnetworkpolicies");
+    // Aggregation is asynchronous (the cluster-role aggregation controller): poll.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !(allowed("editor", "patch", wnpp).await && allowed("viewer", "list", wnp).await) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the roles were not aggregated in 60 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    for (verb, resource) in [
+        ("get", wnpp),
+        ("list", wnpp),
+        ("patch", wnpp),
+        ("get", wnp),
+        ("patch", wnp),
+        ("delete", wnp),
+    ] {
+        assert!(
+            allowed("editor", verb, resource).await,
+            "editor {verb} {resource}"
+        );
+    }
+    for (verb, resource) in [("get", wnpp), ("list", wnpp), ("watch", wnp), ("get", wnp)] {
+        assert!(
+            allowed("viewer", verb, resource).await,
+            "viewer {verb} {resource}"
+        );
+    }
+    for (verb, resource) in [
+        ("patch", wnpp),
+        ("update", wnpp),
+        ("patch", wnp),
+        ("delete", wnp),
+        ("create", wnp),
+    ] {
+        assert!(
+            !allowed("viewer", verb, resource).await,
+            "viewer may not {verb} {resource}"
+        );
+    }
+    // Only the leader creates proposals.
+    assert!(!allowed("editor", "create", wnpp).await);
 }
