@@ -799,18 +799,11 @@ async fn namespace_edit_users_promote_and_acknowledge_and_view_users_only_read()
     impl Drop for Installed {
         fn drop(&mut self) {
             let (api, names) = (self.0.clone(), std::mem::take(&mut self.1));
-            let _ = std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                rt.block_on(async {
-                    for name in names {
-                        let _ = api.delete(name, &DeleteParams::default()).await;
-                    }
-                });
-            })
-            .join();
+            cluster::in_drop(async move {
+                for name in names {
+                    let _ = api.delete(name, &DeleteParams::default()).await;
+                }
+            });
         }
     }
 

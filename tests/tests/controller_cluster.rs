@@ -279,22 +279,9 @@ async fn the_seed_workflow_with_network_policies() {
         .expect("a NetworkPolicy spec");
     let rule = &spec.ingress.as_ref().unwrap()[0];
     let peer = &rule.from.as_ref().unwrap()[0];
+    assert_eq!(app_of(peer.pod_selector.as_ref()), "web");
     assert_eq!(
-        peer.pod_selector
-            .as_ref()
-            .unwrap()
-            .match_labels
-            .as_ref()
-            .unwrap()["app"],
-        "web"
-    );
-    assert_eq!(
-        spec.pod_selector
-            .as_ref()
-            .unwrap()
-            .match_labels
-            .as_ref()
-            .unwrap()["app"],
+        app_of(spec.pod_selector.as_ref()),
         "api",
         "the Deployment's own selector"
     );
@@ -362,15 +349,7 @@ async fn authorization_policy_crd(client: &Client) -> Option<String> {
     }))
     .unwrap();
     api.create(&PostParams::default(), &crd).await.unwrap();
-    eventually("the AuthorizationPolicy CRD established", || async {
-        let crd = api.get(name).await.ok()?;
-        crd.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    established(client, name).await;
     Some(name.to_owned())
 }
 
@@ -562,15 +541,7 @@ fn the_test_data_plane_teaches_what_the_cluster_tests_expect() {
             _ => {
                 let spec = api.spec.kubernetes.as_ref().unwrap();
                 let peer = &spec.ingress.as_ref().unwrap()[0].from.as_ref().unwrap()[0];
-                assert_eq!(
-                    peer.pod_selector
-                        .as_ref()
-                        .unwrap()
-                        .match_labels
-                        .as_ref()
-                        .unwrap()["app"],
-                    "web"
-                );
+                assert_eq!(app_of(peer.pod_selector.as_ref()), "web");
             }
         }
     }

@@ -18,6 +18,25 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
 use tonic::{Request, Response, Status};
 
+/// Serves `observer` on a new unix socket at `path` (replacing a stale one) until the
+/// runtime ends.
+fn serve_observer<O: Observer>(path: &Path, observer: O) {
+    let _ = std::fs::remove_file(path);
+    let listener = tokio::net::UnixListener::bind(path).unwrap();
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(ObserverServer::new(observer))
+            .serve_with_incoming(UnixListenerStream::new(listener))
+            .await
+            .unwrap();
+    });
+}
+
+/// `ServerStatus`: nothing to say.
+fn status() -> Result<Response<ServerStatusResponse>, Status> {
+    Ok(Response::new(ServerStatusResponse::default()))
+}
+
 /// The flows streamed, shared with the test.
 #[derive(Clone, Default)]
 pub struct Hubble {
@@ -27,17 +46,8 @@ pub struct Hubble {
 impl Hubble {
     /// Serves on a new unix socket at `path` until the runtime ends.
     pub fn serve(path: &Path) -> Self {
-        let _ = std::fs::remove_file(path);
-        let listener = tokio::net::UnixListener::bind(path).unwrap();
         let hubble = Hubble::default();
-        let service = ObserverServer::new(hubble.clone());
-        tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(UnixListenerStream::new(listener))
-                .await
-                .unwrap();
-        });
+        serve_observer(path, hubble.clone());
         hubble
     }
 
@@ -76,7 +86,7 @@ impl Observer for Hubble {
         &self,
         _request: Request<ServerStatusRequest>,
     ) -> Result<Response<ServerStatusResponse>, Status> {
-        Ok(Response::new(ServerStatusResponse::default()))
+        status()
     }
 }
 
@@ -153,22 +163,13 @@ impl ScriptedHubble {
         rest: Vec<GetFlowsResponse>,
         gate: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
-        let _ = std::fs::remove_file(path);
-        let listener = tokio::net::UnixListener::bind(path).unwrap();
         let hubble = ScriptedHubble {
             first: Arc::new(first),
             rest: Arc::new(rest),
             gate,
             sent: Arc::default(),
         };
-        let service = ObserverServer::new(hubble.clone());
-        tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(UnixListenerStream::new(listener))
-                .await
-                .unwrap();
-        });
+        serve_observer(path, hubble.clone());
         hubble
     }
 
@@ -219,7 +220,7 @@ impl Observer for ScriptedHubble {
         &self,
         _request: Request<ServerStatusRequest>,
     ) -> Result<Response<ServerStatusResponse>, Status> {
-        Ok(Response::new(ServerStatusResponse::default()))
+        status()
     }
 }
 

@@ -53,19 +53,49 @@ impl TempNamespace {
 impl Drop for TempNamespace {
     fn drop(&mut self) {
         let (client, name) = (self.client.clone(), self.name.clone());
-        // Drop cannot await: delete from a thread with its own runtime and wait for it.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let api: Api<Namespace> = Api::all(client);
-                let _ = api.delete(&name, &DeleteParams::background()).await;
-            });
-        })
-        .join();
+        in_drop(async move {
+            let api: Api<Namespace> = Api::all(client);
+            let _ = api.delete(&name, &DeleteParams::background()).await;
+        });
     }
+}
+
+/// Runs clean-up `work` to completion from a `Drop` (which cannot await): on a thread with
+/// its own runtime, waited for.
+pub fn in_drop(work: impl Future<Output = ()> + Send + 'static) {
+    let _ = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(work);
+    })
+    .join();
+}
+
+/// Waits until CRD `name` is established (served).
+pub async fn established(client: &Client, name: &str) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    eventually(&format!("CRD {name} established"), || async {
+        let crd = api.get(name).await.ok()?;
+        crd.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+}
+
+/// The `app` label a selector matches.
+pub fn app_of(
+    selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+) -> &str {
+    selector
+        .and_then(|s| s.match_labels.as_ref())
+        .and_then(|m| m.get("app"))
+        .map_or("", String::as_str)
 }
 
 /// A child process, killed when dropped; its output goes to a file named after it.
@@ -263,18 +293,6 @@ pub async fn install_crds(client: &Client) {
         )
         .await
         .unwrap();
-        eventually(&format!("CRD {name} established"), || {
-            let api = api.clone();
-            let name = name.clone();
-            async move {
-                let crd = api.get(&name).await.ok()?;
-                crd.status?
-                    .conditions?
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-                    .then_some(())
-            }
-        })
-        .await;
+        established(client, &name).await;
     }
 }

@@ -723,14 +723,9 @@ fn unknown_pod_names_fall_back_to_the_address_in_the_same_namespace() {
     );
 }
 
-#[test]
-fn list_and_multi_document_forms_agree_and_unknown_kinds_are_counted() {
-    let from_list = snapshot();
-    // Multi-document, with a nested List in the middle.
-    let mixed = format!("{}---\n{}{}", multi_doc(), list(&OBJECTS[..2]), "---\n");
-    let from_docs = ClusterSnapshot::from_yaml(&multi_doc()).unwrap();
-    let from_mixed = ClusterSnapshot::from_yaml(&mixed).unwrap();
-    let endpoints = [
+/// Endpoints of every kind that the fixture resolves to pods.
+fn fixture_endpoints() -> [Endpoint; 8] {
+    [
         pod_id("shop", "orders-7d9f8c6b5-x2x4q"),
         pod_id("shop", "orders-db-0"),
         pod_id("ops", "report-28900000-q8z7k"),
@@ -743,7 +738,17 @@ fn list_and_multi_document_forms_agree_and_unknown_kinds_are_counted() {
             WorkloadKind::Deployment,
             "orders",
         ))),
-    ];
+    ]
+}
+
+#[test]
+fn list_and_multi_document_forms_agree_and_unknown_kinds_are_counted() {
+    let from_list = snapshot();
+    // Multi-document, with a nested List in the middle.
+    let mixed = format!("{}---\n{}{}", multi_doc(), list(&OBJECTS[..2]), "---\n");
+    let from_docs = ClusterSnapshot::from_yaml(&multi_doc()).unwrap();
+    let from_mixed = ClusterSnapshot::from_yaml(&mixed).unwrap();
+    let endpoints = fixture_endpoints();
     for e in &endpoints {
         assert!(
             matches!(from_list.resolve(e), Resolution::Pod(_)),
@@ -1001,20 +1006,7 @@ fn live_objects_resolve_exactly_as_their_yaml_does() {
             from_yaml.namespace_count()
         )
     );
-    let endpoints = [
-        pod_id("shop", "orders-7d9f8c6b5-x2x4q"),
-        pod_id("shop", "orders-db-0"),
-        pod_id("ops", "report-28900000-q8z7k"),
-        pod_id("lonely", "solo"),
-        group("shop", "orders-"),
-        group("monitoring", "node-agent-"),
-        Endpoint::new(EndpointId::External(ip("10.0.0.30"))),
-        Endpoint::new(EndpointId::Workload(workload(
-            "shop",
-            WorkloadKind::Deployment,
-            "orders",
-        ))),
-    ];
+    let endpoints = fixture_endpoints();
     for e in &endpoints {
         assert!(
             matches!(from_live.resolve(e), Resolution::Pod(_)),
