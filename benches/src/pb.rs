@@ -162,7 +162,11 @@ impl Generator {
         };
         let (ns, o) = (&w.namespace, &w.owner);
         pb::Endpoint {
-            id: if local { 1000 + fnv(&pod.name) % 3000 } else { 0 },
+            id: if local {
+                1000 + fnv(&pod.name) % 3000
+            } else {
+                0
+            },
             identity: 20000 + fnv(o) % 40000,
             namespace: ns.clone(),
             labels: vec![

@@ -16,8 +16,8 @@
 mod control;
 mod hubble;
 mod procfs;
-mod roles;
 mod report;
+mod roles;
 mod run;
 
 use std::path::PathBuf;

@@ -120,7 +120,10 @@ pub fn mode(args: &LoadArgs, mode: Mode, r: &ModeResult) {
                 r.source_bytes as f64 / flows.max(1) as f64
             );
             latency("flow → FlowTable", r.leader.last.flow_to_table);
-            latency("flow → central index (new edges)", r.leader.last.flow_to_index);
+            latency(
+                "flow → central index (new edges)",
+                r.leader.last.flow_to_index,
+            );
             writes(&r.leader);
             println!("  edges: {}", r.leader.after.edges);
         }
@@ -156,8 +159,13 @@ pub fn mode(args: &LoadArgs, mode: Mode, r: &ModeResult) {
                 delta(&r.leader, |x| x.batch_bytes)
             );
             latency("flow → FlowTable (worst agent)", worst(&r.agents));
-            latency("flow → leader index (new edges)", r.leader.last.flow_to_index);
-            println!("  flow → violation record: not measured (the leader keeps no violation records yet)");
+            latency(
+                "flow → leader index (new edges)",
+                r.leader.last.flow_to_index,
+            );
+            println!(
+                "  flow → violation record: not measured (the leader keeps no violation records yet)"
+            );
             writes(&r.leader);
             let table_full: u64 = r.agents.iter().map(|a| a.after.table_full).sum();
             println!(

@@ -245,12 +245,13 @@ fn run_mode(args: &LoadArgs, mode: Mode, dir: &Path) -> anyhow::Result<ModeResul
             )
         })
     };
-    let reading = |procs: &mut Vec<Proc>, command: &str| -> anyhow::Result<Vec<(Report, ProcSample)>> {
-        procs
-            .iter_mut()
-            .map(|p| Ok((p.ask(command)?, procfs::sample(&p.pid())?)))
-            .collect()
-    };
+    let reading =
+        |procs: &mut Vec<Proc>, command: &str| -> anyhow::Result<Vec<(Report, ProcSample)>> {
+            procs
+                .iter_mut()
+                .map(|p| Ok((p.ask(command)?, procfs::sample(&p.pid())?)))
+                .collect()
+        };
     let self0 = procfs::sample("self")?;
     let (f0, b0) = sent(&servers);
     let start = Instant::now();
