@@ -9,6 +9,8 @@
 //!   strings in other allocations, as with freshly decoded batches. The changed list is
 //!   drained (untimed) between iterations, so each iteration flags every key again.
 //! - `new/<n>k_keys`: one agent's snapshot into an empty index (insertion path).
+//! - `known_100_agents/50k_keys`: a 100-node cluster's flush: 100 agents of 1 000 entries
+//!   each, every key shipped by two of them, all known to the index.
 //!
 //! Memory: 457-586 bytes per distinct edge of fixed size on x86_64 (map bucket and
 //! entry, plus 32 per further agent), besides the edge's strings, which are shared with
@@ -50,11 +52,12 @@ fn batches(edges: &[Edge], keep: impl Fn(usize) -> bool) -> Vec<Vec<EdgeSnapshot
         .collect()
 }
 
-/// Each agent's batches: key `i` is shipped by agents `i % AGENTS` and `(i + 1) % AGENTS`.
-fn agent_batches(edges: &[Edge]) -> Vec<(AgentId, Vec<Vec<EdgeSnapshot>>)> {
-    (0..AGENTS)
+/// Each of `agents` agents' batches: key `i` is shipped by agents `i % agents` and
+/// `(i + 1) % agents` (a conversation is seen at the client's and the server's node).
+fn agent_batches(edges: &[Edge], agents: usize) -> Vec<(AgentId, Vec<Vec<EdgeSnapshot>>)> {
+    (0..agents)
         .map(|agent| {
-            let mine = batches(edges, |i| i % AGENTS == agent || (i + 1) % AGENTS == agent);
+            let mine = batches(edges, |i| i % agents == agent || (i + 1) % agents == agent);
             (AgentId::from(format!("node-{agent}")), mine)
         })
         .collect()
@@ -68,37 +71,45 @@ fn apply_all(index: &mut EdgeIndex, agents: &[(AgentId, Vec<Vec<EdgeSnapshot>>)]
     }
 }
 
+/// The steady state: every agent re-ships all its entries with larger counts and times.
+fn known(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    id: BenchmarkId,
+    keys: usize,
+    agent_count: usize,
+) {
+    let mut index = EdgeIndex::new(keys);
+    apply_all(&mut index, &agent_batches(&edges(keys), agent_count));
+    assert_eq!(index.len(), keys);
+    let mut agents = agent_batches(&edges(keys), agent_count);
+    let entries: usize = agents.iter().flat_map(|(_, b)| b).map(Vec::len).sum();
+    group.throughput(Throughput::Elements(entries as u64));
+    group.bench_function(id, |b| {
+        b.iter_custom(|iters| {
+            let mut timed = Duration::ZERO;
+            for _ in 0..iters {
+                for snap in agents.iter_mut().flat_map(|(_, b)| b).flatten() {
+                    snap.count += 1;
+                    snap.last_seen.0 += 1;
+                }
+                black_box(index.drain_changed().count());
+                let start = Instant::now();
+                apply_all(&mut index, &agents);
+                timed += start.elapsed();
+            }
+            timed
+        })
+    });
+    let totals = index.totals();
+    assert_eq!((totals.dropped, totals.stale_serial), (0, 0));
+    assert_eq!(totals.unchanged, 0, "every entry changes its edge");
+}
+
 fn apply(c: &mut Criterion) {
     let mut group = c.benchmark_group("index/apply");
     for keys in [1_000usize, 100_000] {
         let label = format!("{}k_keys", keys / 1_000);
-
-        let mut index = EdgeIndex::new(keys);
-        apply_all(&mut index, &agent_batches(&edges(keys)));
-        assert_eq!(index.len(), keys);
-        let mut agents = agent_batches(&edges(keys));
-        let entries: usize = agents.iter().flat_map(|(_, b)| b).map(Vec::len).sum();
-        group.throughput(Throughput::Elements(entries as u64));
-        group.bench_function(BenchmarkId::new("known", &label), |b| {
-            b.iter_custom(|iters| {
-                let mut timed = Duration::ZERO;
-                for _ in 0..iters {
-                    for snap in agents.iter_mut().flat_map(|(_, b)| b).flatten() {
-                        snap.count += 1;
-                        snap.last_seen.0 += 1;
-                    }
-                    black_box(index.drain_changed().count());
-                    let start = Instant::now();
-                    apply_all(&mut index, &agents);
-                    timed += start.elapsed();
-                }
-                timed
-            })
-        });
-        let totals = index.totals();
-        assert_eq!((totals.dropped, totals.stale_serial), (0, 0));
-        assert_eq!(totals.unchanged, 0, "every entry changes its edge");
-
+        known(&mut group, BenchmarkId::new("known", &label), keys, AGENTS);
         let one_agent = vec![(AgentId::from("node-0"), batches(&edges(keys), |_| true))];
         group.throughput(Throughput::Elements(keys as u64));
         group.bench_function(BenchmarkId::new("new", &label), |b| {
@@ -112,6 +123,13 @@ fn apply(c: &mut Criterion) {
             )
         });
     }
+    // A 100-node cluster: 50k keys, each shipped by 2 of 100 agents (1 000 entries each).
+    known(
+        &mut group,
+        BenchmarkId::new("known_100_agents", "50k_keys"),
+        50_000,
+        100,
+    );
     group.finish();
 }
 

@@ -377,33 +377,7 @@ impl Generator {
     /// Appends one line of `shape` (with its `\n`) to `out`.
     pub fn line(&mut self, shape: Shape, out: &mut String) {
         self.clock += 100_000 + self.rng.below(5_000_000) as i64;
-        // ztunnel carries TCP only: draw again (DNS over UDP never reaches it).
-        let conv = loop {
-            let rank = self.pick();
-            let c = self.conversations[rank];
-            if !(shape.is_ztunnel() && c.protocol != "TCP") {
-                break c;
-            }
-        };
-        let client = self.pod(conv.client);
-        let server = self.pod(conv.server);
-        // Observed where a pod is: at the server when the client is external, at the
-        // client when the server is, else either. Hubble also sees replies.
-        let at_server = match (conv.client, conv.server) {
-            (Side::External(_), _) => true,
-            (_, Side::External(_)) => false,
-            _ => self.rng.below(2) == 0,
-        };
-        let reply = shape == Shape::HubbleJson && self.rng.below(3) == 0;
-        let e = Event {
-            conv,
-            client,
-            server,
-            at_server,
-            reply,
-            ephemeral: 32768 + self.rng.below(28_232) as u16,
-            time: Timestamp(self.clock),
-        };
+        let e = self.event(shape.is_ztunnel(), shape == Shape::HubbleJson);
         match shape {
             Shape::HubbleJson => self.hubble(&e, out),
             Shape::ZtunnelText => self.ztunnel_text(&e, out),
@@ -416,6 +390,37 @@ impl Generator {
             Shape::GoldmaneJson => self.goldmane(&e, out),
         }
         out.push('\n');
+    }
+
+    /// Draws the next observation at the generator's clock: TCP only for ztunnel (DNS
+    /// over UDP never reaches it), a reply one time in three when `replies`.
+    fn event(&mut self, tcp_only: bool, replies: bool) -> Event {
+        let conv = loop {
+            let rank = self.pick();
+            let c = self.conversations[rank];
+            if !(tcp_only && c.protocol != "TCP") {
+                break c;
+            }
+        };
+        let client = self.pod(conv.client);
+        let server = self.pod(conv.server);
+        // Observed where a pod is: at the server when the client is external, at the
+        // client when the server is, else either. Hubble also sees replies.
+        let at_server = match (conv.client, conv.server) {
+            (Side::External(_), _) => true,
+            (_, Side::External(_)) => false,
+            _ => self.rng.below(2) == 0,
+        };
+        let reply = replies && self.rng.below(3) == 0;
+        Event {
+            conv,
+            client,
+            server,
+            at_server,
+            reply,
+            ephemeral: 32768 + self.rng.below(28_232) as u16,
+            time: Timestamp(self.clock),
+        }
     }
 
     /// The pod (workload, replica) or external address index of one side.
@@ -459,6 +464,7 @@ struct Event {
 }
 
 pub mod edges;
+mod pb;
 mod render;
 
 #[cfg(test)]

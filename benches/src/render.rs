@@ -10,18 +10,18 @@ use ne_shared::time::format_rfc3339_nanos;
 use super::{End, Event, Generator, Side, Workload};
 
 /// A stable small hash for identity numbers and endpoint ids.
-fn fnv(s: &str) -> u32 {
+pub(crate) fn fnv(s: &str) -> u32 {
     s.bytes().fold(0x811c_9dc5u32, |h, b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
     })
 }
 
-fn ext_name(x: usize) -> String {
+pub(crate) fn ext_name(x: usize) -> String {
     format!("api-{x}.partner.example.com")
 }
 
 impl Generator {
-    fn workload(&self, end: End) -> Option<(&Workload, &super::Pod)> {
+    pub(crate) fn workload(&self, end: End) -> Option<(&Workload, &super::Pod)> {
         match end {
             End::Pod(w, r) => Some((&self.workloads[w], &self.workloads[w].pods[r])),
             End::External(_) => None,

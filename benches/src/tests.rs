@@ -154,3 +154,66 @@ fn tiny_configs_still_generate_decodable_lines() {
         assert_eq!(records(shape, &generate(&tiny, shape, 50)).len(), 50);
     }
 }
+
+mod pb {
+    use ne_proto::prost::Message;
+    use ne_shared::decode::hubble_pb::{HubbleMessage, decode_response};
+    use ne_shared::edge::{Provider, derive};
+    use ne_shared::flow::{EndpointId, Timestamp};
+    use ne_shared::table::FlowTable;
+
+    use crate::{Config, Generator};
+
+    fn responses(seed: u64, n: usize) -> Vec<Vec<u8>> {
+        let mut g = Generator::new(&Config::default());
+        g.reseed(seed);
+        (0..n)
+            .map(|i| {
+                g.hubble_response(Timestamp(1_000 + i as i64), "default/node-0")
+                    .encode_to_vec()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn same_seed_same_bytes_and_every_response_is_a_flow_at_its_time() {
+        let a = responses(1, 500);
+        assert_eq!(a, responses(1, 500));
+        assert_ne!(a, responses(2, 500));
+        let table = FlowTable::new(10_000);
+        let mut replies = 0;
+        for (i, bytes) in a.iter().enumerate() {
+            let HubbleMessage::Flow(flow) = decode_response(bytes).unwrap() else {
+                panic!("response {i} is not a flow");
+            };
+            assert_eq!(flow.time, Some(Timestamp(1_000 + i as i64)));
+            match table.record_flow(&flow, Provider::Cilium) {
+                Ok(_) => {}
+                Err(_) => replies += 1,
+            }
+        }
+        // About one flow in three is a reply (not learned); the rest are edges of the
+        // generated cluster's conversations.
+        assert!((100..250).contains(&replies), "{replies} replies");
+        assert!(table.len() > 100, "{} edges", table.len());
+    }
+
+    #[test]
+    fn new_peers_are_new_external_edges() {
+        let mut g = Generator::new(&Config::default());
+        let table = FlowTable::new(10_000);
+        for n in 0..300u64 {
+            let bytes = g
+                .hubble_new_peer(n, Timestamp(5), "default/node-1")
+                .encode_to_vec();
+            let HubbleMessage::Flow(flow) = decode_response(&bytes).unwrap() else {
+                panic!("not a flow");
+            };
+            let edge = derive(&flow, Provider::Cilium).unwrap();
+            assert!(matches!(edge.peer.id, EndpointId::External(_)), "{edge:?}");
+            assert_eq!(edge.port, 443);
+            table.record(&edge, Timestamp(5), 1);
+        }
+        assert_eq!(table.len(), 300, "every churn flow is a distinct edge");
+    }
+}

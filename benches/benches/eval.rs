@@ -1,0 +1,176 @@
+//! The evaluator's checks per flow (`ne_shared::eval::evaluate`): one flow against one
+//! policy, NetworkPolicy and Istio, for policies of 1, 10 and 100 rules.
+//!
+//! Policies are shaped as learned proposals are: one rule per peer, each naming the peer
+//! (pod + namespace selector, or SPIFFE principal) and one port. Flows come from pods:
+//! - `allowed`: 256 flows, flow `i` from the peer of rule `i % rules` (on average half
+//!   the rules are tried before the match);
+//! - `denied`: 256 flows from a peer no rule names (every rule is tried).
+
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use ne_crds::{
+    Backend, IstioAuthorizationPolicySpec, IstioFrom, IstioOperation, IstioRule, IstioSource,
+    IstioTo, PolicyDirection,
+};
+use ne_shared::eval::{FlowView, PeerView, PolicyRef, evaluate};
+use ne_shared::flow::{Direction, Labels, Protocol, labels};
+
+const FLOWS: usize = 256;
+const NAMESPACES: usize = 8;
+
+fn selector(key: &str, value: String) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some([(key.to_owned(), value)].into_iter().collect()),
+        ..LabelSelector::default()
+    }
+}
+
+fn netpol(rules: usize) -> NetworkPolicySpec {
+    NetworkPolicySpec {
+        pod_selector: Some(selector("app", "server".to_owned())),
+        policy_types: Some(vec!["Ingress".to_owned()]),
+        ingress: Some(
+            (0..rules)
+                .map(|k| NetworkPolicyIngressRule {
+                    from: Some(vec![NetworkPolicyPeer {
+                        pod_selector: Some(selector("app", format!("peer-{k}"))),
+                        namespace_selector: Some(selector(
+                            "kubernetes.io/metadata.name",
+                            format!("ns-{}", k % NAMESPACES),
+                        )),
+                        ip_block: None,
+                    }]),
+                    ports: Some(vec![NetworkPolicyPort {
+                        protocol: Some("TCP".to_owned()),
+                        port: Some(IntOrString::Int(8000)),
+                        end_port: None,
+                    }]),
+                })
+                .collect(),
+        ),
+        egress: None,
+    }
+}
+
+fn istio(rules: usize) -> IstioAuthorizationPolicySpec {
+    IstioAuthorizationPolicySpec {
+        selector: selector("app", "server".to_owned()),
+        rules: (0..rules)
+            .map(|k| IstioRule {
+                from: vec![IstioFrom {
+                    source: IstioSource {
+                        principals: vec![format!(
+                            "cluster.local/ns/ns-{}/sa/peer-{k}",
+                            k % NAMESPACES
+                        )],
+                    },
+                }],
+                to: vec![IstioTo {
+                    operation: IstioOperation {
+                        ports: vec!["8000".to_owned()],
+                    },
+                }],
+            })
+            .collect(),
+    }
+}
+
+/// An owned ingress flow from pod `peer-<k>` (or `stranger` when `k` is `None`).
+struct Flow {
+    namespace: String,
+    labels: Labels,
+    namespace_labels: Labels,
+    identity: String,
+}
+
+impl Flow {
+    fn from(k: Option<usize>) -> Self {
+        let (app, ns) = match k {
+            Some(k) => (format!("peer-{k}"), format!("ns-{}", k % NAMESPACES)),
+            None => ("stranger".to_owned(), "ns-0".to_owned()),
+        };
+        Flow {
+            identity: format!("cluster.local/ns/{ns}/sa/{app}"),
+            labels: labels([("app", app.as_str()), ("tier", "backend")]),
+            namespace_labels: labels([("kubernetes.io/metadata.name", ns.as_str())]),
+            namespace: ns,
+        }
+    }
+
+    fn view(&self) -> FlowView<'_> {
+        FlowView {
+            direction: Direction::Ingress,
+            peer: PeerView::Pod {
+                namespace: &self.namespace,
+                labels: &self.labels,
+                namespace_labels: &self.namespace_labels,
+            },
+            peer_ip: None,
+            peer_identity: Some(&self.identity),
+            protocol: Protocol::Tcp,
+            port: 8000,
+            named_ports: &[],
+        }
+    }
+}
+
+fn check(c: &mut Criterion) {
+    let mut group = c.benchmark_group("eval");
+    group.throughput(Throughput::Elements(FLOWS as u64));
+    for rules in [1usize, 10, 100] {
+        let np = netpol(rules);
+        let ist = istio(rules);
+        let policies = [
+            (
+                "networkpolicy",
+                PolicyRef {
+                    backend: Backend::Kubernetes,
+                    kubernetes: Some(&np),
+                    istio: None,
+                    direction: PolicyDirection::Ingress,
+                },
+            ),
+            (
+                "istio",
+                PolicyRef {
+                    backend: Backend::Istio,
+                    kubernetes: None,
+                    istio: Some(&ist),
+                    direction: PolicyDirection::Ingress,
+                },
+            ),
+        ];
+        let allowed: Vec<Flow> = (0..FLOWS).map(|i| Flow::from(Some(i % rules))).collect();
+        let denied: Vec<Flow> = (0..FLOWS).map(|_| Flow::from(None)).collect();
+        for (backend, policy) in policies {
+            for (case, flows, want_allowed) in
+                [("allowed", &allowed, true), ("denied", &denied, false)]
+            {
+                // The cases are what they say.
+                for f in flows {
+                    let d = evaluate(policy, "server-ns", &f.view()).expect("valid policy");
+                    assert_eq!(d.is_allowed(), want_allowed, "{backend} {case} {rules}");
+                }
+                let id = BenchmarkId::new(format!("{backend}/{case}"), format!("{rules}_rules"));
+                group.bench_with_input(id, flows, |b, flows| {
+                    b.iter(|| {
+                        for f in flows {
+                            black_box(evaluate(policy, "server-ns", &f.view()).ok());
+                        }
+                    })
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, check);
+criterion_main!(benches);

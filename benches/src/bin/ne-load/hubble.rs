@@ -1,0 +1,267 @@
+//! The load harness's Hubble servers: `observer.Observer/GetFlows` over real gRPC on a
+//! unix socket (one per simulated node, as Cilium serves `/var/run/cilium/hubble.sock`),
+//! streaming generated flows ([`ne_benches::Generator::hubble_response`]) at a set rate.
+//!
+//! Each flow is stamped with the wall clock when it is encoded, so the reader's lag is the
+//! real delay from this server to its FlowTable. The method is routed by hand through
+//! `tonic::server::Grpc` with a codec that writes each message's bytes as given (the same
+//! technique as the node agent's scripted test server, `node-agent/tests/hubble/server.rs`,
+//! which replays a fixed script: this one generates an endless paced stream instead).
+//! Bytes are counted as they go on the wire: each message plus its 5-byte gRPC frame header.
+
+use std::convert::Infallible;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes};
+use ne_benches::{Config, Generator};
+use ne_proto::observer::{GetFlowsRequest, GetFlowsResponse};
+use ne_proto::prost::Message;
+use ne_shared::flow::Timestamp;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::{BoxFuture, Context, Poll, Service, http};
+use tonic::server::{NamedService, ServerStreamingService};
+use tonic::transport::Server;
+use tonic::{Request, Response, Status};
+
+/// Pre-generated flows per node, cycled (generating a flow costs more than reading it).
+const POOL: usize = 4096;
+/// How often a paced stream tops up to its rate.
+const TICK: Duration = Duration::from_millis(5);
+
+/// What one simulated node streams.
+#[derive(Clone, Debug)]
+pub struct Stream {
+    /// The cluster and key distribution (the same for every node).
+    pub config: Config,
+    /// This node's draws.
+    pub seed: u64,
+    /// Node name carried by each flow.
+    pub node: String,
+    /// Flows per second; `None` sends as fast as the reader takes them.
+    pub rate: Option<f64>,
+    /// New edges per second (flows to a never-seen external address), part of `rate`.
+    pub churn: f64,
+    /// First churn peer number: nodes use disjoint ranges.
+    pub churn_base: u64,
+}
+
+/// What a server has sent so far.
+#[derive(Debug, Default)]
+pub struct Sent {
+    pub flows: AtomicU64,
+    pub bytes: AtomicU64,
+}
+
+/// One node's Hubble server.
+#[derive(Clone, Debug)]
+pub struct LoadHubble {
+    stream: Arc<Stream>,
+    pub sent: Arc<Sent>,
+    stop: watch::Sender<bool>,
+}
+
+impl LoadHubble {
+    pub fn new(stream: Stream) -> Self {
+        LoadHubble {
+            stream: Arc::new(stream),
+            sent: Arc::default(),
+            stop: watch::Sender::new(false),
+        }
+    }
+
+    /// Serves on a new unix socket at `path` until [`LoadHubble::stop`].
+    pub fn serve_unix(&self, path: &Path) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+        let _ = std::fs::remove_file(path);
+        let listener = tokio::net::UnixListener::bind(path)?;
+        let incoming = UnixListenerStream::new(listener);
+        let mut stop = self.stop.subscribe();
+        let router = Server::builder().add_service(self.clone());
+        Ok(tokio::spawn(async move {
+            let stopped = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            if let Err(error) = router.serve_with_incoming_shutdown(incoming, stopped).await {
+                eprintln!("hubble server failed: {error}");
+            }
+        }))
+    }
+
+    /// Ends the streams and stops accepting.
+    pub fn stop(&self) {
+        self.stop.send_replace(true);
+    }
+}
+
+/// The wall clock in nanoseconds since the epoch.
+pub fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// Streams `stream`'s flows into `tx` until the reader leaves or `stop` is set.
+async fn produce(
+    stream: Arc<Stream>,
+    sent: Arc<Sent>,
+    tx: mpsc::Sender<Result<Bytes, Status>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut generator = Generator::new(&stream.config);
+    generator.reseed(stream.seed);
+    let placeholder = Timestamp(0);
+    let mut pool: Vec<GetFlowsResponse> = (0..POOL)
+        .map(|_| generator.hubble_response(placeholder, &stream.node))
+        .collect();
+    let start = Instant::now();
+    let (mut flows, mut churned, mut next) = (0u64, 0u64, 0usize);
+    let mut ticker = tokio::time::interval(TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let elapsed = start.elapsed().as_secs_f64();
+        let due = match stream.rate {
+            Some(rate) => (rate * elapsed) as u64,
+            None => flows + 256,
+        };
+        let churn_due = (stream.churn * elapsed) as u64;
+        while flows < due {
+            let time = Timestamp(now_nanos());
+            let bytes: Bytes = if churned < churn_due {
+                let n = stream.churn_base + churned;
+                churned += 1;
+                generator
+                    .hubble_new_peer(n, time, &stream.node)
+                    .encode_to_vec()
+                    .into()
+            } else {
+                let response = &mut pool[next % POOL];
+                next += 1;
+                stamp(response, time);
+                response.encode_to_vec().into()
+            };
+            let len = bytes.len() as u64 + 5;
+            tokio::select! {
+                sent = tx.send(Ok(bytes)) => if sent.is_err() { return },
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            flows += 1;
+            sent.flows.fetch_add(1, Ordering::Relaxed);
+            sent.bytes.fetch_add(len, Ordering::Relaxed);
+        }
+        if stream.rate.is_some() {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+}
+
+/// Sets both times of a response (the flow's and the response's) to `time`.
+fn stamp(response: &mut GetFlowsResponse, time: Timestamp) {
+    let t = ne_proto::prost_types::Timestamp {
+        seconds: time.0.div_euclid(1_000_000_000),
+        nanos: time.0.rem_euclid(1_000_000_000) as i32,
+    };
+    if let Some(ne_proto::observer::get_flows_response::ResponseTypes::Flow(flow)) =
+        &mut response.response_types
+    {
+        flow.time = Some(t);
+    }
+    response.time = Some(t);
+}
+
+impl NamedService for LoadHubble {
+    const NAME: &'static str = "observer.Observer";
+}
+
+impl<B> Service<http::Request<B>> for LoadHubble
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Infallible>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let hubble = self.clone();
+        Box::pin(async move {
+            if request.uri().path() != "/observer.Observer/GetFlows" {
+                return Ok(Status::unimplemented(request.uri().path().to_owned()).into_http());
+            }
+            let mut grpc = tonic::server::Grpc::new(WireCodec);
+            Ok(grpc.server_streaming(GetFlows(hubble), request).await)
+        })
+    }
+}
+
+struct GetFlows(LoadHubble);
+
+impl ServerStreamingService<GetFlowsRequest> for GetFlows {
+    type Response = Bytes;
+    type ResponseStream = ReceiverStream<Result<Bytes, Status>>;
+    type Future = BoxFuture<Response<Self::ResponseStream>, Status>;
+
+    fn call(&mut self, _request: Request<GetFlowsRequest>) -> Self::Future {
+        let hubble = self.0.clone();
+        Box::pin(async move {
+            let (tx, rx) = mpsc::channel(256);
+            tokio::spawn(produce(
+                hubble.stream.clone(),
+                hubble.sent.clone(),
+                tx,
+                hubble.stop.subscribe(),
+            ));
+            Ok(Response::new(ReceiverStream::new(rx)))
+        })
+    }
+}
+
+/// Responses go out as the bytes given; requests are decoded with prost.
+#[derive(Clone, Copy, Debug)]
+struct WireCodec;
+
+impl Codec for WireCodec {
+    type Encode = Bytes;
+    type Decode = GetFlowsRequest;
+    type Encoder = WireCodec;
+    type Decoder = WireCodec;
+
+    fn encoder(&mut self) -> WireCodec {
+        WireCodec
+    }
+
+    fn decoder(&mut self) -> WireCodec {
+        WireCodec
+    }
+}
+
+impl Encoder for WireCodec {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for WireCodec {
+    type Item = GetFlowsRequest;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<GetFlowsRequest>, Status> {
+        GetFlowsRequest::decode(src)
+            .map(Some)
+            .map_err(|e| Status::invalid_argument(e.to_string()))
+    }
+}

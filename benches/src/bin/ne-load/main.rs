@@ -1,0 +1,97 @@
+//! `ne-load`: the end-to-end load harness (issue 8). On one machine it runs K node agents
+//! as processes, each reading a generated Hubble stream from its own Hubble server over a
+//! unix socket, shipping deltas to a leader process over loopback gRPC; the leader renders
+//! proposals every flush interval into a counting sink (no cluster). Then the same load
+//! in "central" mode: one process reads every raw flow, as a single-controller design
+//! does. It prints CPU, RSS, throughput per core, bytes, latencies and API writes of both,
+//! and their ratios.
+//!
+//! ```text
+//! cargo run --release -p ne-benches --bin ne-load -- [--agents 4] [--rate 5000] [--duration 20s]
+//! ```
+//!
+//! The child processes are this binary again (hidden subcommands `agent`, `leader`,
+//! `central`, module `roles`), so one command builds and runs everything.
+
+mod control;
+mod hubble;
+mod procfs;
+mod report;
+mod roles;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Network Enforcer load harness: agents → leader on one machine, against a central design.
+#[derive(Debug, Parser)]
+#[command(name = "ne-load", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    role: Option<Role>,
+    #[command(flatten)]
+    load: run::LoadArgs,
+}
+
+/// The child processes (started by the harness itself).
+#[derive(Debug, Subcommand)]
+enum Role {
+    /// One node agent.
+    #[command(hide = true)]
+    Agent {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long)]
+        leader: String,
+        #[arg(long)]
+        id: String,
+        #[command(flatten)]
+        args: roles::RoleArgs,
+    },
+    /// The leader with a counting sink.
+    #[command(hide = true)]
+    Leader {
+        #[command(flatten)]
+        args: roles::RoleArgs,
+    },
+    /// One process reading every node's raw flows.
+    #[command(hide = true)]
+    Central {
+        #[arg(long, required = true, num_args = 1..)]
+        socket: Vec<PathBuf>,
+        #[command(flatten)]
+        args: roles::RoleArgs,
+    },
+}
+
+fn child(future: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    // As `#[tokio::main]` builds it for `ne-agent`: one worker per core.
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(future)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.role {
+        Some(Role::Agent {
+            socket,
+            leader,
+            id,
+            args,
+        }) => child(roles::agent(socket, leader, id, args)),
+        Some(Role::Leader { args }) => child(roles::leader(args)),
+        Some(Role::Central { socket, args }) => child(roles::central(socket, args)),
+        None => run::run(&cli.load),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}

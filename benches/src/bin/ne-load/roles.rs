@@ -1,0 +1,332 @@
+//! The harness's child processes, each running the product's own library code:
+//!
+//! - `agent`: one node agent — the node-agent library's Hubble source
+//!   (`sources::hubble::run`, the agent's fast protobuf path into its FlowTable through a
+//!   `FlowSink`) and shipper (`ship::run`, deltas to the leader over loopback gRPC), wired
+//!   as `ne_node_agent::run` wires them (without the `/metrics` HTTP server);
+//! - `leader`: the leader library's ingest service (`IngestService` over the index's owner
+//!   task, as `ne-leader run` serves it) and, every flush interval, the proposals rendered
+//!   from the merged index (`ne_leader::live::render`) with a counting sink in place of
+//!   the API writes;
+//! - `central`: the single-controller design — every raw Hubble flow read by one process
+//!   (K Hubble streams, the same fast decoder) and aggregated in one FlowTable, rendered
+//!   the same way every flush interval.
+//!
+//! Each reports [`Report`]s over stdout when the harness asks (module `control`).
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hdrhistogram::Histogram;
+use ne_leader::auth::Insecure;
+use ne_leader::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics};
+use ne_node_agent::metrics::AgentMetrics;
+use ne_node_agent::ship::{self, ShipConfig};
+use ne_node_agent::sink::FlowSink;
+use ne_node_agent::sources::SourceState;
+use ne_node_agent::sources::backoff::Backoff;
+use ne_node_agent::sources::hubble::{self, HubbleConfig, HubbleTarget};
+use ne_node_agent::sources::tls::TlsFiles;
+use ne_shared::allowlist::LearnOptions;
+use ne_shared::edge::Provider;
+use ne_shared::index::MergedEdge;
+use ne_shared::table::{EdgeKey, FlowTable};
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::control::{self, Command, Latency, Report, micros_histogram};
+use crate::hubble::now_nanos;
+
+/// Settings every role shares.
+#[derive(Clone, Debug, clap::Args)]
+pub struct RoleArgs {
+    /// Ship / render interval.
+    #[arg(long, default_value = "1s", value_parser = ne_shared::time::parse_duration)]
+    pub flush_interval: Duration,
+    /// How often the merged edges are read for new keys (flow → index latency).
+    #[arg(long, default_value = "100ms", value_parser = ne_shared::time::parse_duration)]
+    pub probe_interval: Duration,
+    /// FlowTable / index capacity.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub max_edges: usize,
+}
+
+fn hubble_config(socket: PathBuf) -> HubbleConfig {
+    HubbleConfig {
+        target: HubbleTarget::Unix(socket),
+        tls: TlsFiles::default(),
+        node_name: None,
+        backoff: Backoff::for_streams(),
+    }
+}
+
+fn lag(metrics: &AgentMetrics) -> Latency {
+    let h = &metrics.scraper_lag;
+    Latency {
+        count: h.count(),
+        p50_ms: h.quantile_seconds(0.5) * 1e3,
+        p99_ms: h.quantile_seconds(0.99) * 1e3,
+        max_ms: h.quantile_seconds(1.0) * 1e3,
+    }
+}
+
+fn flows(metrics: &AgentMetrics) -> u64 {
+    metrics
+        .flows_received
+        .get_or_create(&ne_node_agent::metrics::SourceLabel { source: "hubble" })
+        .get()
+}
+
+fn table_full(metrics: &AgentMetrics) -> u64 {
+    metrics
+        .flows_dropped
+        .get_or_create(&ne_node_agent::metrics::ReasonLabel {
+            reason: ne_node_agent::metrics::DropReason::table_full,
+        })
+        .get()
+}
+
+/// One node agent reading `socket` and shipping to `leader` as `id`.
+pub async fn agent(
+    socket: PathBuf,
+    leader: String,
+    id: String,
+    args: RoleArgs,
+) -> anyhow::Result<()> {
+    let mut commands = control::commands();
+    let metrics = Arc::new(AgentMetrics::default());
+    let table = Arc::new(FlowTable::new(args.max_edges));
+    let denials = Arc::new(FlowTable::new((args.max_edges / 10).max(1)));
+    let state = SourceState::default();
+    let sink = FlowSink::new(table.clone(), metrics.clone(), Provider::Cilium, "hubble")
+        .with_denials(denials);
+    tokio::spawn(hubble::run(hubble_config(socket), sink, state.clone()));
+    let config = ShipConfig {
+        addresses: vec![leader],
+        node: id.clone(),
+        agent_id: id,
+        epoch: ShipConfig::process_epoch(),
+        provider: Provider::Cilium,
+        flush_interval: args.flush_interval,
+        max_message_bytes: 1 << 20,
+        max_unacked: 64,
+        idle_expiry: Duration::from_secs(3600),
+        token_file: None,
+    };
+    tokio::spawn(ship::run(
+        config,
+        table.clone(),
+        metrics.clone(),
+        state.clone(),
+    ));
+    let report = || Report {
+        flows: flows(&metrics),
+        table_full: table_full(&metrics),
+        batch_bytes: metrics.delta_bytes_sent.get(),
+        batch_edges: metrics.delta_edges_sent.get(),
+        batches: metrics.deltas_sent.get(),
+        edges: table.len() as u64,
+        ..Report::default()
+    };
+    control::emit(&Report::default());
+    while let Some(command) = commands.recv().await {
+        match command {
+            Command::Sample | Command::Mark => control::emit(&report()),
+            Command::Stop => break,
+        }
+    }
+    state.shut_down();
+    control::emit(&Report {
+        flow_to_table: Some(lag(&metrics)),
+        ..report()
+    });
+    Ok(())
+}
+
+/// Renders proposals every flush and counts the ones that changed; records how long new
+/// keys took to appear.
+struct Flusher {
+    provider: Provider,
+    options: LearnOptions,
+    /// Spec and status (as JSON) of each proposal by `namespace/name`.
+    last: HashMap<String, (String, String)>,
+    seen: HashSet<EdgeKey>,
+    new_keys: Histogram<u64>,
+    marked: bool,
+    report: Report,
+}
+
+impl Flusher {
+    fn new() -> Self {
+        Flusher {
+            provider: Provider::Cilium,
+            options: LearnOptions {
+                exclude_namespaces: ["kube-system".to_owned()].into_iter().collect(),
+            },
+            last: HashMap::new(),
+            seen: HashSet::new(),
+            new_keys: micros_histogram(),
+            marked: false,
+            report: Report::default(),
+        }
+    }
+
+    /// Notes the keys not seen before; their first flow's age is the latency.
+    fn probe(&mut self, merged: &[MergedEdge]) {
+        let now = now_nanos();
+        for m in merged {
+            if self.seen.insert(m.key()) && self.marked {
+                let us = (now.saturating_sub(m.first_seen.0) / 1_000).max(1) as u64;
+                self.new_keys.saturating_record(us);
+            }
+        }
+        self.report.edges = merged.len() as u64;
+    }
+
+    /// One flush interval's proposals, compared with the last ones.
+    fn flush(&mut self, merged: &[MergedEdge]) -> anyhow::Result<()> {
+        let proposals = ne_leader::live::render(merged, self.provider, &self.options)?;
+        let (mut spec_writes, mut status_writes) = (0, 0);
+        for p in &proposals {
+            let name = format!(
+                "{}/{}",
+                p.metadata.namespace.as_deref().unwrap_or(""),
+                p.metadata.name.as_deref().unwrap_or("")
+            );
+            let spec = serde_json::to_string(&p.spec)?;
+            let status = serde_json::to_string(&p.status)?;
+            let before = self.last.get(&name);
+            spec_writes += u64::from(before.is_none_or(|(s, _)| *s != spec));
+            status_writes += u64::from(before.is_none_or(|(_, s)| *s != status));
+            self.last.insert(name, (spec, status));
+        }
+        self.report.flushes += 1;
+        self.report.proposals = proposals.len() as u64;
+        if self.marked {
+            self.report.spec_writes += spec_writes;
+            self.report.status_writes += status_writes;
+            self.report.max_spec_writes = self.report.max_spec_writes.max(spec_writes);
+        }
+        Ok(())
+    }
+}
+
+/// The leader: ingest on loopback, a counting sink for proposals.
+pub async fn leader(args: RoleArgs) -> anyhow::Result<()> {
+    let mut commands = control::commands();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("cannot listen on loopback")?;
+    let port = listener.local_addr()?.port();
+    let metrics = Arc::new(LeaderMetrics::default());
+    let (index, _owner) = IndexHandle::spawn(args.max_edges);
+    let service = IngestService::new(
+        index.clone(),
+        Arc::new(AtomicBool::new(true)),
+        ne_leader::ingest::leader_epoch(),
+        metrics.clone(),
+        Arc::new(Insecure),
+    );
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(IngestServer::new(service))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    control::emit(&Report {
+        port: Some(port),
+        ..Report::default()
+    });
+    let mut flusher = Flusher::new();
+    let mut probe = tokio::time::interval(args.probe_interval);
+    let mut flush = tokio::time::interval(args.flush_interval);
+    let report = |flusher: &Flusher| Report {
+        batch_bytes: metrics.batch_bytes_received.get(),
+        batch_edges: metrics.edges_received.get(),
+        batches: metrics.batches_received.get(),
+        ..flusher.report.clone()
+    };
+    loop {
+        tokio::select! {
+            _ = probe.tick() => flusher.probe(&index.read().await?),
+            _ = flush.tick() => {
+                let merged = index.read().await?;
+                flusher.probe(&merged);
+                flusher.flush(&merged)?;
+            }
+            command = commands.recv() => match command {
+                Some(Command::Sample) => control::emit(&report(&flusher)),
+                Some(Command::Mark) => {
+                    flusher.marked = true;
+                    control::emit(&report(&flusher));
+                }
+                Some(Command::Stop) | None => break,
+            },
+        }
+    }
+    control::emit(&Report {
+        flow_to_index: Some(Latency::of_micros(&flusher.new_keys)),
+        ..report(&flusher)
+    });
+    Ok(())
+}
+
+/// The central design: every node's raw flows into one process and one FlowTable.
+pub async fn central(sockets: Vec<PathBuf>, args: RoleArgs) -> anyhow::Result<()> {
+    let mut commands = control::commands();
+    let metrics = Arc::new(AgentMetrics::default());
+    let table = Arc::new(FlowTable::new(args.max_edges));
+    let state = SourceState::default();
+    for socket in sockets {
+        let sink = FlowSink::new(table.clone(), metrics.clone(), Provider::Cilium, "hubble");
+        tokio::spawn(hubble::run(hubble_config(socket), sink, state.clone()));
+    }
+    control::emit(&Report::default());
+    let merged = |table: &FlowTable| -> Vec<MergedEdge> {
+        table
+            .snapshot()
+            .into_iter()
+            .map(|s| MergedEdge {
+                edge: s.edge,
+                count: s.count,
+                first_seen: s.first_seen,
+                last_seen: s.last_seen,
+            })
+            .collect()
+    };
+    let mut flusher = Flusher::new();
+    let mut probe = tokio::time::interval(args.probe_interval);
+    let mut flush = tokio::time::interval(args.flush_interval);
+    let report = |flusher: &Flusher| Report {
+        flows: flows(&metrics),
+        table_full: table_full(&metrics),
+        ..flusher.report.clone()
+    };
+    loop {
+        tokio::select! {
+            _ = probe.tick() => flusher.probe(&merged(&table)),
+            _ = flush.tick() => {
+                let merged = merged(&table);
+                flusher.probe(&merged);
+                flusher.flush(&merged)?;
+            }
+            command = commands.recv() => match command {
+                Some(Command::Sample) => control::emit(&report(&flusher)),
+                Some(Command::Mark) => {
+                    flusher.marked = true;
+                    control::emit(&report(&flusher));
+                }
+                Some(Command::Stop) | None => break,
+            },
+        }
+    }
+    state.shut_down();
+    control::emit(&Report {
+        flow_to_table: Some(lag(&metrics)),
+        flow_to_index: Some(Latency::of_micros(&flusher.new_keys)),
+        ..report(&flusher)
+    });
+    Ok(())
+}
