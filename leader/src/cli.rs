@@ -100,6 +100,10 @@ pub struct RunArgs {
     /// A proposal is `Stable` once no new peer or port was added for this long.
     #[arg(long, env = "NE_STABLE_AFTER", default_value = "10m", value_parser = ne_shared::time::parse_duration)]
     pub stable_after: std::time::Duration,
+    /// A proposal's evidence that only moved (later last-seen, more flows) is written once it
+    /// is this much newer; new peers, ports and conditions are written at once.
+    #[arg(long, env = "NE_STATUS_REFRESH", default_value = "60s", value_parser = ne_shared::time::parse_duration)]
+    pub status_refresh: std::time::Duration,
     /// Client-side limit of API writes per second (bursts up to `--api-write-burst`);
     /// writes over it wait for the next round.
     #[arg(long, env = "NE_API_WRITES_PER_SECOND", default_value_t = 20.0)]

@@ -138,6 +138,7 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
             options: options.clone(),
             release_namespace: args.lease_namespace.clone(),
             stable_after: args.stable_after,
+            status_refresh: args.status_refresh,
             writes_per_second: args.api_writes_per_second,
             write_burst: args.api_write_burst,
             identity: identity(args),

@@ -41,6 +41,7 @@ pub struct Settings {
     /// The release namespace (never learned).
     pub release_namespace: String,
     pub stable_after: Duration,
+    pub status_refresh: Duration,
     pub writes_per_second: f64,
     pub write_burst: u32,
     /// This replica's identity (Events name it).
@@ -103,6 +104,7 @@ impl Controller {
             backend,
             excluded_namespaces: excluded,
             stable_after: settings.stable_after,
+            status_refresh: settings.status_refresh,
         };
         let writer = Writer::new(
             client,

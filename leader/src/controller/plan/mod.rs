@@ -55,6 +55,11 @@ pub struct Config {
     pub excluded_namespaces: BTreeSet<String>,
     /// A proposal is `Stable` once no new peer or port was added for this long.
     pub stable_after: Duration,
+    /// Evidence that only moved (a later last-seen, a larger count) is written once it is
+    /// this much newer than what the proposal holds; a new peer, port or condition is
+    /// written at once. Without it every proposal with traffic would be rewritten every
+    /// round.
+    pub status_refresh: Duration,
 }
 
 /// Everything the planner reads.

@@ -130,7 +130,13 @@ pub(super) fn plan(world: &World<'_>, config: &Config, plan: &mut Plan) {
                 || !owned_by(b, &workload.uid, false)
                 || label(b, MANAGED_BY.0) != Some(MANAGED_BY.1)
         });
-        let status = base.is_none_or(|b| b.status != desired.status);
+        let status = base.is_none_or(|b| {
+            status_changed(
+                b.status.as_ref(),
+                desired.status.as_ref(),
+                config.status_refresh,
+            )
+        });
         if spec || status {
             plan.actions.push(Action::ApplyProposal {
                 object: Box::new(desired),
@@ -139,6 +145,31 @@ pub(super) fn plan(world: &World<'_>, config: &Config, plan: &mut Plan) {
             });
         }
     }
+}
+
+/// Whether the status must be written: anything but moved evidence differs, or some
+/// evidence moved by `refresh` or more.
+fn status_changed(
+    old: Option<&WorkloadNetworkPolicyProposalStatus>,
+    new: Option<&WorkloadNetworkPolicyProposalStatus>,
+    refresh: std::time::Duration,
+) -> bool {
+    let (Some(old), Some(new)) = (old, new) else {
+        return old != new;
+    };
+    if old.learning_since != new.learning_since
+        || old.peers.len() != new.peers.len()
+        || crate::controller::plan::condition_changed(&old.conditions, &new.conditions)
+    {
+        return true;
+    }
+    old.peers.iter().zip(&new.peers).any(|(a, b)| {
+        let moved = b.last_seen.0.duration_since(a.last_seen.0);
+        (&a.peer, &a.protocol, a.port, &a.first_seen, &a.dns_name)
+            != (&b.peer, &b.protocol, b.port, &b.first_seen, &b.dns_name)
+            || (b.flow_count != a.flow_count || moved.is_positive())
+                && moved.unsigned_abs() >= refresh
+    })
 }
 
 /// The learned proposal merged into `base`, with owner, labels and conditions.

@@ -197,6 +197,7 @@ impl Case {
                 backend: Backend::Kubernetes,
                 excluded_namespaces: BTreeSet::from(["network-enforcer".to_owned()]),
                 stable_after: Duration::from_secs(600),
+                status_refresh: Duration::from_secs(60),
             },
             now: time(1_000),
         }
@@ -911,4 +912,42 @@ fn a_network_policy_stored_with_server_defaults_is_not_rewritten() {
             .iter()
             .any(|a| matches!(a, Action::ApplyNetworkPolicy(_)))
     );
+}
+
+#[test]
+fn moved_evidence_is_written_once_it_is_a_refresh_interval_newer() {
+    let mut case = Case::new();
+    case.learned = vec![proposal("api", &[("web", 8080, 100, 200, 5)])];
+    case.settle();
+    // The same peer seen again 59 s later, more flows: not worth a write yet.
+    case.learned = vec![proposal("api", &[("web", 8080, 100, 259, 9)])];
+    assert_eq!(case.plan(), Plan::default());
+    // 60 s later: written, with the count of then.
+    case.learned = vec![proposal("api", &[("web", 8080, 100, 260, 11)])];
+    let plan = case.plan();
+    let Action::ApplyProposal {
+        spec,
+        status,
+        object,
+    } = &plan.actions[0]
+    else {
+        panic!("{plan:?}")
+    };
+    assert!(!spec && *status);
+    assert_eq!(object.status.as_ref().unwrap().peers[0].flow_count, 11);
+    case.apply(&plan);
+    // A new port is written at once, whatever the interval.
+    case.learned = vec![proposal(
+        "api",
+        &[("web", 8080, 100, 261, 12), ("web", 8443, 261, 261, 1)],
+    )];
+    let plan = case.plan();
+    assert!(matches!(
+        &plan.actions[..],
+        [Action::ApplyProposal {
+            spec: true,
+            status: true,
+            ..
+        }]
+    ));
 }
