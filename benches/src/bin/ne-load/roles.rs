@@ -14,7 +14,7 @@
 //!
 //! Each reports [`Report`]s over stdout when the harness asks (module `control`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -22,7 +22,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use hdrhistogram::Histogram;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff;
+use ne_crds::WorkloadNetworkPolicyProposal;
 use ne_leader::auth::Insecure;
+use ne_leader::controller::plan::{self, Action, Config, Workload, WorkloadKey, World};
 use ne_leader::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics};
 use ne_node_agent::metrics::AgentMetrics;
 use ne_node_agent::ship::{self, ShipConfig};
@@ -146,13 +150,17 @@ pub async fn agent(
     Ok(())
 }
 
-/// Renders proposals every flush and counts the ones that changed; records how long new
-/// keys took to appear.
+/// Every flush, renders proposals and plans them with the controller's own planner against
+/// an in-memory cluster (what the writes would have made), counting the writes; records how
+/// long new keys took to appear.
 struct Flusher {
     provider: Provider,
     options: LearnOptions,
-    /// Spec and status (as JSON) of each proposal by `namespace/name`.
-    last: HashMap<String, (String, String)>,
+    /// The proposals "in the cluster": what the counted writes made.
+    cluster: Vec<WorkloadNetworkPolicyProposal>,
+    /// A workload (with a uid) for every proposal target seen.
+    workloads: BTreeMap<WorkloadKey, Workload>,
+    config: Config,
     seen: HashSet<EdgeKey>,
     new_keys: Histogram<u64>,
     marked: bool,
@@ -166,7 +174,14 @@ impl Flusher {
             options: LearnOptions {
                 exclude_namespaces: ["kube-system".to_owned()].into_iter().collect(),
             },
-            last: HashMap::new(),
+            cluster: Vec::new(),
+            workloads: BTreeMap::new(),
+            config: Config {
+                backend: ne_shared::allowlist::backend_for(Provider::Cilium),
+                excluded_namespaces: ["kube-system".to_owned()].into_iter().collect(),
+                stable_after: std::time::Duration::from_secs(600),
+                status_refresh: std::time::Duration::from_secs(60),
+            },
             seen: HashSet::new(),
             new_keys: micros_histogram(),
             marked: false,
@@ -186,22 +201,55 @@ impl Flusher {
         self.report.edges = merged.len() as u64;
     }
 
-    /// One flush interval's proposals, compared with the last ones.
+    /// One flush interval: the writes the controller would make (`ApplyProposal` spec and
+    /// status), carried out on the in-memory cluster.
     fn flush(&mut self, merged: &[MergedEdge]) -> anyhow::Result<()> {
         let proposals = ne_leader::live::render(merged, self.provider, &self.options)?;
-        let (mut spec_writes, mut status_writes) = (0, 0);
         for p in &proposals {
-            let name = format!(
-                "{}/{}",
-                p.metadata.namespace.as_deref().unwrap_or(""),
-                p.metadata.name.as_deref().unwrap_or("")
-            );
-            let spec = serde_json::to_string(&p.spec)?;
-            let status = serde_json::to_string(&p.status)?;
-            let before = self.last.get(&name);
-            spec_writes += u64::from(before.is_none_or(|(s, _)| *s != spec));
-            status_writes += u64::from(before.is_none_or(|(_, s)| *s != status));
-            self.last.insert(name, (spec, status));
+            let namespace = p.metadata.namespace.clone().unwrap_or_default();
+            let target = &p.spec.target_ref;
+            let key = (namespace, target.kind, target.name.clone());
+            let uid = format!("uid-{}-{}", key.0, key.2);
+            self.workloads.entry(key).or_insert(Workload {
+                uid,
+                service_account: None,
+            });
+        }
+        let now = Time(
+            jiff::Timestamp::from_second(now_nanos() / 1_000_000_000)
+                .unwrap_or(jiff::Timestamp::UNIX_EPOCH),
+        );
+        let world = World {
+            learned: &proposals,
+            workloads: &self.workloads,
+            proposals: &self.cluster,
+            policies: &[],
+            network_policies: &[],
+            authorization_policies: None,
+            now: &now,
+        };
+        let plan = plan::plan(&world, &self.config);
+        let (mut spec_writes, mut status_writes) = (0, 0);
+        for action in plan.actions {
+            if let Action::ApplyProposal {
+                object,
+                spec,
+                status,
+            } = action
+            {
+                spec_writes += u64::from(spec);
+                status_writes += u64::from(status);
+                let mut stored = *object;
+                let name = stored.metadata.name.clone();
+                let namespace = stored.metadata.namespace.clone();
+                stored
+                    .metadata
+                    .uid
+                    .get_or_insert_with(|| format!("uid-{}", name.as_deref().unwrap_or_default()));
+                self.cluster
+                    .retain(|p| (&p.metadata.namespace, &p.metadata.name) != (&namespace, &name));
+                self.cluster.push(stored);
+            }
         }
         self.report.flushes += 1;
         self.report.proposals = proposals.len() as u64;
