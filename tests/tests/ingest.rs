@@ -223,6 +223,40 @@ async fn a_failover_loses_nothing_and_counts_nothing_twice() {
     b.server.abort();
 }
 
+/// A replica that loses the Lease ends its open streams with UNAVAILABLE even while the
+/// agent is idle (nothing to send), and the agent moves to the new leader, which gets
+/// everything from a snapshot. The old replica keeps serving: only the Lease moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_lease_ends_idle_streams_and_the_agent_moves_on() {
+    let a = leader(true, 1).await;
+    let b = leader(false, 2).await;
+    let table = Arc::new(FlowTable::new(1 << 12));
+    let mut model = Model::new();
+    traffic(&table, &mut model, 100, 1_000);
+    let (state, metrics, task) = start_agent(config(&[a.address, b.address], 7), table.clone());
+    converges(&a.index, &model, "leader A").await;
+    eventually("the agent is idle at A", || {
+        metrics.ship_unacked.get() == 0 && a.metrics.streams_active.get() == 1
+    })
+    .await;
+
+    // The Lease moves; no new traffic, so no message would ever reach A's session.
+    a.leading.store(false, Ordering::Release);
+    b.leading.store(true, Ordering::Release);
+    eventually("A ends the stream", || {
+        a.metrics.streams_active.get() == 0 && a.metrics.streams_lost_lease.get() == 1
+    })
+    .await;
+    converges(&b.index, &model, "leader B, from the new stream's snapshot").await;
+    assert_eq!(index_of(&a.index).await, model, "A keeps what it had");
+    assert_eq!(b.metrics.streams_opened.get(), 1);
+    assert!(metrics.ship_snapshots.get() >= 2);
+    state.shut_down();
+    task.await.unwrap();
+    a.server.abort();
+    b.server.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_restart_adds_the_new_process_counts_to_the_old_ones() {
     let l = leader(true, 1).await;

@@ -19,6 +19,10 @@ pub struct LeaderMetrics {
     pub streams_opened: Counter,
     pub streams_refused: Family<RefusedLabel, Counter>,
     pub streams_active: Gauge,
+    /// Streams ended because this replica lost the Lease.
+    pub streams_lost_lease: Counter,
+    /// Failed patches of this replica's Pod label (module `leader_label`).
+    pub pod_label_failures: Counter,
     pub batches_received: Counter,
     pub batch_bytes_received: Counter,
     pub edges_received: Counter,
@@ -28,8 +32,6 @@ pub struct LeaderMetrics {
     pub ingest_lag: Histogram,
     /// Distinct edges in the merged index.
     pub edges: Gauge,
-    /// Failed updates of the pod's leader label (leader discovery).
-    pub pod_label_failures: Counter,
 }
 
 impl Default for LeaderMetrics {
@@ -38,6 +40,8 @@ impl Default for LeaderMetrics {
             streams_opened: Counter::default(),
             streams_refused: Family::default(),
             streams_active: Gauge::default(),
+            streams_lost_lease: Counter::default(),
+            pod_label_failures: Counter::default(),
             batches_received: Counter::default(),
             batch_bytes_received: Counter::default(),
             edges_received: Counter::default(),
@@ -46,7 +50,6 @@ impl Default for LeaderMetrics {
             // 10 ms to about 3 h.
             ingest_lag: Histogram::new(exponential_buckets(0.01, 4.0, 10)),
             edges: Gauge::default(),
-            pod_label_failures: Counter::default(),
         }
     }
 }
@@ -77,6 +80,11 @@ impl LeaderMetrics {
                 &self.edges_received,
             ),
             ("leader_acks_sent", "Acks sent to agents", &self.acks_sent),
+            (
+                "leader_streams_lost_lease",
+                "Agent streams ended because this replica lost the Lease",
+                &self.streams_lost_lease,
+            ),
             (
                 "leader_pod_label_failures",
                 "Failed updates of this pod's leader label (leader discovery)",

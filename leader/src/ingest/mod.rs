@@ -7,7 +7,8 @@
 //!
 //! Only the replica that holds the Lease accepts streams ([`Leadership`]); a standby
 //! answers `UNAVAILABLE` so agents try the next address, and a leader that loses the Lease
-//! ends its streams the same way. Malformed input (no hello first, a batch out of
+//! ends its open streams the same way (within a quarter of a second, even when the agent
+//! is idle). Malformed input (no hello first, a batch out of
 //! sequence, a batch the decoder rejects) gets a `Reject` naming the batch and the reason,
 //! and the stream ends; the agent starts over with a snapshot.
 
@@ -97,6 +98,9 @@ impl<L: Leadership> IngestService<L> {
         status
     }
 }
+
+/// How often an open stream checks that this replica still holds the Lease.
+const LEADERSHIP_CHECK: std::time::Duration = std::time::Duration::from_millis(250);
 
 fn standby() -> Status {
     Status::unavailable("this replica is a standby: the leader holds the Lease")
@@ -192,9 +196,25 @@ impl<L: Leadership> Session<L> {
         self.ack(0).await?;
         let mut decoder = Decoder::new();
         let mut expected = 1u64;
-        while let Some(message) = inbound.message().await.map_err(End::Status)? {
+        // An idle agent sends nothing: the Lease is also checked on a timer, so a replica
+        // that lost it ends its streams and the agents move on to the new leader.
+        let mut check = tokio::time::interval(LEADERSHIP_CHECK);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let message = tokio::select! {
+                message = inbound.message() => message.map_err(End::Status)?,
+                _ = check.tick() => {
+                    if self.leadership.is_leader() {
+                        continue;
+                    }
+                    return Err(self.lost_lease());
+                }
+            };
+            let Some(message) = message else {
+                break;
+            };
             if !self.leadership.is_leader() {
-                return Err(End::Status(standby()));
+                return Err(self.lost_lease());
             }
             let batch = match message.message {
                 Some(agent_message::Message::Batch(batch)) => batch,
@@ -236,6 +256,14 @@ impl<L: Leadership> Session<L> {
             expected += 1;
         }
         Ok(())
+    }
+
+    /// This replica no longer holds the Lease: the stream ends with `UNAVAILABLE`.
+    fn lost_lease(&self) -> End {
+        self.metrics.streams_lost_lease.inc();
+        End::Status(Status::unavailable(
+            "this replica lost the Lease: reconnect to the new leader",
+        ))
     }
 
     async fn ack(&self, sequence: u64) -> Result<(), End> {
