@@ -44,6 +44,9 @@ struct Setup {
     /// The release namespace (the leader's Lease; never learned).
     _system: TempNamespace,
     api: Deployment,
+    /// The pods the Deployments' controllers made.
+    api_pod: String,
+    web_pod: String,
     _leader: Process,
     _agent: Process,
     dir: PathBuf,
@@ -68,8 +71,8 @@ async fn setup(
     install_crds(&client).await;
     let system = TempNamespace::new(&client, "ne-e2e-sys").await;
     let app = TempNamespace::new(&client, "ne-e2e-app").await;
-    let api = deployment(&client, &app.name, "api", "api", API_IP).await;
-    deployment(&client, &app.name, "web", "web", WEB_IP).await;
+    let (api, api_pod) = deployment(&client, &app.name, "api", "api", API_IP).await;
+    let (_, web_pod) = deployment(&client, &app.name, "web", "web", WEB_IP).await;
     let dir = temp_dir(what);
     let ingest = free_address();
     let mut leader = Command::new(binary("ne-leader", "ne-leader"));
@@ -106,6 +109,8 @@ async fn setup(
         app,
         _system: system,
         api,
+        api_pod,
+        web_pod,
         _leader: leader,
         _agent: agent,
         dir,
@@ -252,7 +257,7 @@ async fn the_seed_workflow_with_network_policies() {
         ]
     })
     .await;
-    let (web_pod, api_pod) = (pod_name("web"), pod_name("api"));
+    let (web_pod, api_pod) = (s.web_pod.clone(), s.api_pod.clone());
     let web = Side {
         namespace: &s.app.name,
         pod: &web_pod,
@@ -353,8 +358,9 @@ async fn authorization_policy_crd(client: &Client) -> Option<String> {
     Some(name.to_owned())
 }
 
-/// A CRI-framed ztunnel access log line: `src → dst:port`, inbound at the destination.
-fn ztunnel_line(ns: &str, port: u16) -> String {
+/// A CRI-framed ztunnel access log line: pod `web` → pod `api` on `port`, inbound at the
+/// destination.
+fn ztunnel_line(ns: &str, web: &str, api: &str, port: u16) -> String {
     let now = k8s_openapi::jiff::Timestamp::now();
     format!(
         "{now} stdout F {now}\tinfo\taccess\tconnection complete\tsrc.addr={WEB_IP}:40000 \
@@ -362,8 +368,6 @@ fn ztunnel_line(ns: &str, port: u16) -> String {
          dst.addr={API_IP}:15008 dst.hbone_addr={API_IP}:{port} dst.service=\"api.{ns}.svc.cluster.local\" \
          dst.workload=\"{api}\" dst.namespace=\"{ns}\" dst.identity=\"spiffe://cluster.local/ns/{ns}/sa/api\" \
          direction=\"inbound\" bytes_sent=10 bytes_recv=20 duration=\"5ms\"\n",
-        web = pod_name("web"),
-        api = pod_name("api"),
     )
 }
 
@@ -388,7 +392,7 @@ async fn the_seed_workflow_with_authorization_policies() {
     let container = logs.join("istio-system_ztunnel-e2e_uid-1/istio-proxy");
     std::fs::create_dir_all(&container).unwrap();
     let log = container.join("0.log");
-    let line = ztunnel_line(&s.app.name, 8080);
+    let line = ztunnel_line(&s.app.name, &s.web_pod, &s.api_pod, 8080);
     let writer = tokio::spawn(async move {
         use std::io::Write;
         let mut file = std::fs::OpenOptions::new()
@@ -500,7 +504,11 @@ fn the_test_data_plane_teaches_what_the_cluster_tests_expect() {
     );
     for (format, provider, line) in [
         (Format::HubbleJson, Provider::Cilium, hubble),
-        (Format::Ztunnel, Provider::Istio, ztunnel_line(ns, 8080)),
+        (
+            Format::Ztunnel,
+            Provider::Istio,
+            ztunnel_line(ns, &web_pod, &api_pod, 8080),
+        ),
     ] {
         let table = FlowTable::new(1000);
         let stats = decode_lines(format, line.as_bytes(), |record| {

@@ -242,37 +242,57 @@ pub fn workload_objects(ns: &str, name: &str, sa: &str, ip: &str) -> (Deployment
     (deployment, rs, pod)
 }
 
-/// Creates [`workload_objects`] in the cluster (owner references to the created objects'
-/// uids), then sets the pod's address with a status patch. Nothing runs: no node is needed.
-/// Returns the Deployment.
-pub async fn deployment(client: &Client, ns: &str, name: &str, sa: &str, ip: &str) -> Deployment {
-    let (mut deployment, mut rs, mut pod) = workload_objects(ns, name, sa, ip);
+/// A pod selector no node satisfies: the Deployment's pods stay Pending and unscheduled,
+/// so no kubelet owns their status and no image is ever pulled.
+pub const NO_NODE: (&str, &str) = ("networkenforcer.kubewarden.io/e2e", "no-such-node");
+
+/// A Deployment `name` (pods labelled `app=<name>`, ServiceAccount `sa`) created in the
+/// cluster, whose controllers then make its ReplicaSet and Pod as they always do; the pod
+/// is never scheduled ([`NO_NODE`]), and its address is set to `ip` with a status patch.
+/// Works on a control plane without nodes. Returns the Deployment and its pod's name.
+pub async fn deployment(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    sa: &str,
+    ip: &str,
+) -> (Deployment, String) {
+    let (mut deployment, _, _) = workload_objects(ns, name, sa, ip);
     deployment.metadata.uid = None;
+    if let Some(spec) = deployment
+        .spec
+        .as_mut()
+        .and_then(|s| s.template.spec.as_mut())
+    {
+        spec.node_selector = Some(BTreeMap::from([(
+            NO_NODE.0.to_owned(),
+            NO_NODE.1.to_owned(),
+        )]));
+    }
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let deployment = deployments
         .create(&PostParams::default(), &deployment)
         .await
         .unwrap();
-    rs.metadata.uid = None;
-    rs.metadata.owner_references = Some(vec![owner(&deployment)]);
-    let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
-    let rs = replicasets
-        .create(&PostParams::default(), &rs)
-        .await
-        .unwrap();
-    pod.metadata.owner_references = Some(vec![owner(&rs)]);
-    let status = pod.status.take();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    let status = json!({"status": status});
-    pods.patch_status(
-        &pod_name(name),
-        &PatchParams::default(),
-        &Patch::Merge(&status),
-    )
-    .await
-    .unwrap();
-    deployment
+    let selector = format!("app={name}");
+    let pod = eventually(&format!("the pod of Deployment {name}"), || {
+        let pods = pods.clone();
+        let selector = selector.clone();
+        async move {
+            let list = pods
+                .list(&kube::api::ListParams::default().labels(&selector))
+                .await
+                .ok()?;
+            list.items.into_iter().find_map(|p| p.metadata.name)
+        }
+    })
+    .await;
+    let status = json!({"status": {"podIP": ip, "podIPs": [{"ip": ip}]}});
+    pods.patch_status(&pod, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap_or_else(|e| panic!("cannot set the address of pod {pod}: {e}"));
+    (deployment, pod)
 }
 
 /// The pod name [`deployment`] gives workload `name`.
