@@ -1,9 +1,9 @@
 //! The controller end to end against a real API server: the real `ne-leader` (out of
 //! cluster, with `KUBECONFIG`) and a real `ne-agent` fed by a test data plane (a Hubble
-//! server; ztunnel log files), on workloads the test creates itself (a Deployment, its
-//! ReplicaSet and Pod with owner references and a patched `status.podIP`, so a control
-//! plane without nodes is enough). Each test walks the seed workflow in namespaces of its
-//! own:
+//! server; ztunnel log files), on workloads the test creates itself (Deployments whose
+//! controllers make the ReplicaSets and Pods; the pods are kept unscheduled and get a
+//! patched `status.podIP`, so a control plane without nodes is enough). Each test walks the
+//! seed workflow in namespaces of its own:
 //!
 //! proposal with owner and evidence → promote to monitor (policy, proposal gone) → protect
 //! (native object equals the spec, owned by the policy) → back to monitor → delete the policy
