@@ -57,6 +57,10 @@ pub struct PeerEvidence {
     pub dns_name: Option<String>,
 }
 
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
 /// Status of a WorkloadNetworkPolicy: violations seen in monitor or protect mode.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
@@ -75,6 +79,10 @@ pub struct WorkloadNetworkPolicyStatus {
     /// Every observation ever merged into `violations`, repeats included; never decremented.
     #[serde(default)]
     pub violation_count: i64,
+    /// The highest violation `id` ever given (ids are never reused, even once a record is
+    /// trimmed or acknowledged). Omitted while none was given.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub last_violation_id: i64,
     /// When a violation was last seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_violation_time: Option<Time>,

@@ -13,6 +13,7 @@ pub mod ingest;
 pub mod leader_label;
 pub mod live;
 pub mod offline;
+pub mod violations;
 
 use std::process::ExitCode;
 

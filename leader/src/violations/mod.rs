@@ -1,0 +1,11 @@
+//! Violations (issue 6, in progress): the pure rules of a policy's violation record. The
+//! detection that produces observations and the writer that applies the status come next.
+//!
+//! - [`record`]: observations merged into `status.violations` (one record per source,
+//!   destination, protocol, port, direction and mode; ids monotonic and never reused; the
+//!   100 most recent kept) and acknowledgements moved to `status.acknowledgedViolations`.
+
+pub mod record;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,254 @@
+//! A policy's violation record: pure functions from (status, observations, annotations,
+//! now) to the next status and what happened, so the writer can emit exactly one log
+//! event per new or changed record and per acknowledgement.
+//!
+//! Observations carry cumulative totals (the merged index counts every flow of a tuple
+//! since its agents first saw it), so merging the same observation twice changes nothing,
+//! and a record's count is the largest total seen. A record stays until acknowledged; once
+//! acknowledged, only traffic seen after the acknowledged record's last sighting makes a
+//! new record (with a new id).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use ne_crds::{
+    ACKNOWLEDGE_ANNOTATION_PREFIX, AcknowledgedViolation, MAX_VIOLATION_RECORDS, Mode,
+    PolicyDirection, ViolationRecord, WorkloadEndpointRef, WorkloadNetworkPolicyStatus,
+};
+
+/// Traffic of one tuple that a policy does not allow, as detected so far.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observation {
+    pub source: WorkloadEndpointRef,
+    pub destination: WorkloadEndpointRef,
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    pub port: i32,
+    pub direction: PolicyDirection,
+    pub mode: Mode,
+    /// Flows of the tuple seen so far (a cumulative total).
+    pub count: i64,
+    pub first_seen: Time,
+    pub last_seen: Time,
+}
+
+/// What identifies a record.
+type Key<'a> = (
+    &'a WorkloadEndpointRef,
+    &'a WorkloadEndpointRef,
+    &'a str,
+    i32,
+    PolicyDirection,
+    Mode,
+);
+
+fn key_of(r: &ViolationRecord) -> Key<'_> {
+    (
+        &r.source,
+        &r.destination,
+        r.protocol.as_str(),
+        r.port,
+        r.direction,
+        r.mode,
+    )
+}
+
+fn key_of_observation(o: &Observation) -> Key<'_> {
+    (
+        &o.source,
+        &o.destination,
+        o.protocol.as_str(),
+        o.port,
+        o.direction,
+        o.mode,
+    )
+}
+
+/// The result of [`merge`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Merged {
+    pub status: WorkloadNetworkPolicyStatus,
+    /// Ids of records created by this merge.
+    pub new: Vec<i64>,
+    /// Ids of existing records whose count or times changed.
+    pub updated: Vec<i64>,
+}
+
+fn later(a: &Time, b: &Time) -> Time {
+    if b.0 > a.0 { b.clone() } else { a.clone() }
+}
+
+fn earlier(a: &Time, b: &Time) -> Time {
+    if b.0 < a.0 { b.clone() } else { a.clone() }
+}
+
+/// Merges `observations` into `status`: updates the records they match, creates records
+/// for new tuples, keeps the [`MAX_VIOLATION_RECORDS`] most recent (by last seen), and
+/// recounts. Everything else of the status is kept.
+pub fn merge(status: &WorkloadNetworkPolicyStatus, observations: &[Observation]) -> Merged {
+    let mut next = status.clone();
+    let mut new = Vec::new();
+    let mut updated = Vec::new();
+    for o in observations {
+        let key = key_of_observation(o);
+        if let Some(r) = next.violations.iter_mut().find(|r| key_of(r) == key) {
+            let count = r.count.max(o.count);
+            let (first, last) = (
+                earlier(&r.first_seen, &o.first_seen),
+                later(&r.last_seen, &o.last_seen),
+            );
+            if (count, &first, &last) != (r.count, &r.first_seen, &r.last_seen) {
+                next.violation_count += count - r.count;
+                (r.count, r.first_seen, r.last_seen) = (count, first, last);
+                if !updated.contains(&r.id) {
+                    updated.push(r.id);
+                }
+            }
+            continue;
+        }
+        // Acknowledged before: only traffic seen since counts, as a new record.
+        let acknowledged = next
+            .acknowledged_violations
+            .iter()
+            .filter(|a| key_of(&a.violation) == key)
+            .map(|a| &a.violation)
+            .max_by_key(|v| v.last_seen.0);
+        let count = match acknowledged {
+            Some(a) if o.last_seen.0 <= a.last_seen.0 => continue,
+            Some(a) => (o.count - a.count).max(1),
+            None => o.count.max(1),
+        };
+        next.last_violation_id += 1;
+        let id = next.last_violation_id;
+        next.violation_count += count;
+        next.violations.push(ViolationRecord {
+            id,
+            first_seen: match acknowledged {
+                Some(a) => later(&o.first_seen, &a.last_seen),
+                None => o.first_seen.clone(),
+            },
+            last_seen: o.last_seen.clone(),
+            count,
+            source: o.source.clone(),
+            destination: o.destination.clone(),
+            protocol: o.protocol.clone(),
+            port: o.port,
+            direction: o.direction,
+            mode: o.mode,
+        });
+        new.push(id);
+    }
+    // Newest first; the oldest beyond the cap are dropped (their ids are never reused).
+    next.violations
+        .sort_by(|a, b| b.last_seen.0.cmp(&a.last_seen.0).then(b.id.cmp(&a.id)));
+    next.violations.truncate(MAX_VIOLATION_RECORDS);
+    new.retain(|id| next.violations.iter().any(|r| r.id == *id));
+    next.active_violation_count = next.violations.len() as i64;
+    next.last_violation_time = next
+        .violations
+        .iter()
+        .map(|r| &r.last_seen)
+        .chain(status.last_violation_time.as_ref())
+        .max_by_key(|t| t.0)
+        .cloned();
+    Merged {
+        status: next,
+        new,
+        updated,
+    }
+}
+
+/// One acknowledgement annotation, parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Acknowledgement {
+    /// `acknowledge-<id>: <reason>`.
+    Id { id: i64, reason: String },
+    /// The suffix is not a number: the annotation is answered with a Warning and removed.
+    Malformed { suffix: String },
+}
+
+/// The acknowledgement annotations of a policy, with their keys (to remove them).
+pub fn acknowledgements<'a>(
+    annotations: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> Vec<(String, Acknowledgement)> {
+    annotations
+        .into_iter()
+        .filter_map(|(key, value)| {
+            let suffix = key.strip_prefix(ACKNOWLEDGE_ANNOTATION_PREFIX)?;
+            let ack = match suffix.parse::<i64>() {
+                Ok(id) if id > 0 => Acknowledgement::Id {
+                    id,
+                    reason: value.trim().to_owned(),
+                },
+                _ => Acknowledgement::Malformed {
+                    suffix: suffix.to_owned(),
+                },
+            };
+            Some((key.clone(), ack))
+        })
+        .collect()
+}
+
+/// The result of [`acknowledge`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Acknowledged {
+    pub status: WorkloadNetworkPolicyStatus,
+    /// Records moved to `acknowledgedViolations`, with their reasons (one log event each,
+    /// once the status is written).
+    pub moved: Vec<AcknowledgedViolation>,
+    /// Annotations that named no current record (never assigned, malformed, already
+    /// acknowledged or trimmed): a Warning Event each; they acknowledge nothing.
+    pub unknown: Vec<String>,
+    /// Every acknowledgement annotation seen: all are removed once the status is written.
+    pub annotations: Vec<String>,
+}
+
+/// Moves the records the annotations name to `acknowledgedViolations` (newest first, the
+/// [`MAX_VIOLATION_RECORDS`] most recent kept). An id that names no current record
+/// acknowledges nothing, now or later.
+pub fn acknowledge(
+    status: &WorkloadNetworkPolicyStatus,
+    annotations: &[(String, Acknowledgement)],
+    now: &Time,
+) -> Acknowledged {
+    let mut next = status.clone();
+    let mut moved = Vec::new();
+    let mut unknown = Vec::new();
+    // In id order, so the result does not depend on the annotations' order.
+    let by_id: BTreeMap<i64, (&String, &String)> = annotations
+        .iter()
+        .filter_map(|(key, a)| match a {
+            Acknowledgement::Id { id, reason } => Some((*id, (key, reason))),
+            Acknowledgement::Malformed { .. } => None,
+        })
+        .collect();
+    for (key, a) in annotations {
+        if let Acknowledgement::Malformed { .. } = a {
+            unknown.push(key.clone());
+        }
+    }
+    for (id, (key, reason)) in by_id {
+        match next.violations.iter().position(|r| r.id == id) {
+            Some(i) => {
+                let violation = next.violations.remove(i);
+                moved.push(AcknowledgedViolation {
+                    violation,
+                    reason: (!reason.is_empty()).then(|| reason.clone()),
+                    acknowledged_at: Some(now.clone()),
+                });
+            }
+            None => unknown.push(key.clone()),
+        }
+    }
+    for a in moved.iter().rev() {
+        next.acknowledged_violations.insert(0, a.clone());
+    }
+    next.acknowledged_violations.truncate(MAX_VIOLATION_RECORDS);
+    next.active_violation_count = next.violations.len() as i64;
+    Acknowledged {
+        status: next,
+        moved,
+        unknown,
+        annotations: annotations.iter().map(|(k, _)| k.clone()).collect(),
+    }
+}

@@ -1,0 +1,206 @@
+//! The violation record's rules, case by case.
+
+use k8s_openapi::jiff;
+
+use super::record::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use ne_crds::{Mode, PolicyDirection, WorkloadEndpointRef, WorkloadNetworkPolicyStatus};
+
+fn time(secs: i64) -> Time {
+    Time(jiff::Timestamp::from_second(secs).unwrap())
+}
+
+fn workload(name: &str) -> WorkloadEndpointRef {
+    WorkloadEndpointRef {
+        namespace: Some("shop".to_owned()),
+        kind: Some("Deployment".to_owned()),
+        name: Some(name.to_owned()),
+        identity: None,
+        ip: None,
+    }
+}
+
+/// `src → api:port`, seen `count` times between `first` and `last`.
+fn seen(src: &str, port: i32, count: i64, first: i64, last: i64) -> Observation {
+    Observation {
+        source: workload(src),
+        destination: workload("api"),
+        protocol: "TCP".to_owned(),
+        port,
+        direction: PolicyDirection::Ingress,
+        mode: Mode::Monitor,
+        count,
+        first_seen: time(first),
+        last_seen: time(last),
+    }
+}
+
+fn ids(status: &WorkloadNetworkPolicyStatus) -> Vec<i64> {
+    status.violations.iter().map(|r| r.id).collect()
+}
+
+fn annotations(pairs: &[(&str, &str)]) -> Vec<(String, Acknowledgement)> {
+    let owned: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| {
+            (
+                format!("networkenforcer.kubewarden.io/acknowledge-{k}"),
+                (*v).to_owned(),
+            )
+        })
+        .collect();
+    acknowledgements(owned.iter().map(|(k, v)| (k, v)))
+}
+
+#[test]
+fn a_new_tuple_is_a_new_record_and_the_same_totals_change_nothing() {
+    let merged = merge(&Default::default(), &[seen("web", 80, 3, 10, 20)]);
+    assert_eq!(merged.new, [1]);
+    let s = &merged.status;
+    assert_eq!(
+        (
+            s.active_violation_count,
+            s.violation_count,
+            s.last_violation_id
+        ),
+        (1, 3, 1)
+    );
+    assert_eq!(s.last_violation_time, Some(time(20)));
+    let r = &s.violations[0];
+    assert_eq!(
+        (r.count, r.first_seen.clone(), r.last_seen.clone()),
+        (3, time(10), time(20))
+    );
+    // Re-delivered (a failover, the next round): nothing new.
+    let again = merge(s, &[seen("web", 80, 3, 10, 20)]);
+    assert_eq!(
+        again,
+        Merged {
+            status: s.clone(),
+            new: vec![],
+            updated: vec![]
+        }
+    );
+}
+
+#[test]
+fn repeated_flows_update_their_record_by_the_growth_of_the_total() {
+    let s = merge(&Default::default(), &[seen("web", 80, 3, 10, 20)]).status;
+    let merged = merge(&s, &[seen("web", 80, 7, 10, 35)]);
+    assert_eq!((merged.new.len(), merged.updated.as_slice()), (0, &[1][..]));
+    let r = &merged.status.violations[0];
+    assert_eq!((r.count, r.last_seen.clone()), (7, time(35)));
+    assert_eq!(merged.status.violation_count, 7);
+    // Another port of the same peer is another tuple.
+    let other = merge(&merged.status, &[seen("web", 443, 1, 40, 40)]);
+    assert_eq!(other.new, [2]);
+    assert_eq!(ids(&other.status), [2, 1], "newest first");
+}
+
+#[test]
+fn the_hundred_most_recent_are_kept_and_ids_are_never_reused() {
+    let observations: Vec<_> = (0..101)
+        .map(|i| seen(&format!("w{i}"), 80, 1, i, i))
+        .collect();
+    let merged = merge(&Default::default(), &observations);
+    let s = &merged.status;
+    assert_eq!(s.violations.len(), 100);
+    assert_eq!(s.active_violation_count, 100);
+    assert_eq!(s.last_violation_id, 101);
+    assert!(!ids(s).contains(&1), "the oldest (seen at 0) is trimmed");
+    assert_eq!(
+        merged.new.len(),
+        100,
+        "a record trimmed at once is not reported as new"
+    );
+    let next = merge(s, &[seen("late", 80, 1, 500, 500)]);
+    assert_eq!(next.new, [102]);
+}
+
+#[test]
+fn acknowledging_moves_the_record_and_unknown_ids_acknowledge_nothing() {
+    let s = merge(
+        &Default::default(),
+        &[seen("web", 80, 3, 10, 20), seen("cron", 80, 1, 15, 15)],
+    )
+    .status;
+    let acks = annotations(&[
+        ("1", " expected: the web tier "),
+        ("99", "typo"),
+        ("x", "bad"),
+    ]);
+    let done = acknowledge(&s, &acks, &time(30));
+    assert_eq!(ids(&done.status), [2]);
+    assert_eq!(done.status.active_violation_count, 1);
+    assert_eq!(done.moved.len(), 1);
+    let a = &done.status.acknowledged_violations[0];
+    assert_eq!(a.violation.id, 1);
+    assert_eq!(a.reason.as_deref(), Some("expected: the web tier"));
+    assert_eq!(a.acknowledged_at, Some(time(30)));
+    let unknown: Vec<&str> = done
+        .unknown
+        .iter()
+        .map(|k| k.rsplit('-').next().unwrap())
+        .collect();
+    assert_eq!(unknown, ["x", "99"]);
+    assert_eq!(
+        done.annotations.len(),
+        3,
+        "every acknowledgement annotation is removed"
+    );
+    // A future id is not remembered: record 3, created later, stays active.
+    let early = acknowledge(&done.status, &annotations(&[("3", "too early")]), &time(31));
+    assert_eq!(early.unknown.len(), 1);
+    let later = merge(&early.status, &[seen("new", 80, 1, 40, 40)]);
+    assert_eq!(later.new, [3]);
+    assert!(ids(&later.status).contains(&3));
+}
+
+#[test]
+fn an_acknowledged_tuple_makes_a_new_record_only_for_traffic_seen_after_it() {
+    let s = merge(&Default::default(), &[seen("web", 80, 3, 10, 20)]).status;
+    let s = acknowledge(&s, &annotations(&[("1", "ok")]), &time(21)).status;
+    // The index still holds the same totals: nothing new.
+    assert_eq!(
+        merge(&s, &[seen("web", 80, 3, 10, 20)]).new,
+        Vec::<i64>::new()
+    );
+    // Seen again later: a new record, counting only the flows since.
+    let again = merge(&s, &[seen("web", 80, 5, 10, 50)]);
+    assert_eq!(again.new, [2]);
+    let r = &again.status.violations[0];
+    assert_eq!(
+        (r.id, r.count, r.first_seen.clone(), r.last_seen.clone()),
+        (2, 2, time(20), time(50))
+    );
+}
+
+#[test]
+fn acknowledged_records_are_capped_newest_first() {
+    let observations: Vec<_> = (0..100)
+        .map(|i| seen(&format!("w{i}"), 80, 1, i, i))
+        .collect();
+    let mut s = merge(&Default::default(), &observations).status;
+    for id in 1..=100 {
+        s = acknowledge(
+            &s,
+            &annotations(&[(&id.to_string(), "ok")]),
+            &time(1000 + id),
+        )
+        .status;
+    }
+    s = merge(&s, &[seen("last", 80, 1, 2000, 2000)]).status;
+    s = acknowledge(&s, &annotations(&[("101", "ok")]), &time(3000)).status;
+    assert_eq!(s.acknowledged_violations.len(), 100);
+    assert_eq!(
+        s.acknowledged_violations[0].violation.id, 101,
+        "newest first"
+    );
+    assert!(
+        s.acknowledged_violations
+            .iter()
+            .all(|a| a.violation.id != 1),
+        "oldest dropped"
+    );
+    assert_eq!(s.active_violation_count, 0);
+}
