@@ -92,7 +92,7 @@ pub struct IdlePolicy {
     pub workload_seen: bool,
 }
 
-type TargetKey = (String, TargetKind, String, PolicyDirection);
+pub(crate) type TargetKey = (String, TargetKind, String, PolicyDirection);
 
 /// Evaluates the inputs against the policies. Pure apart from reading files.
 pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
@@ -316,7 +316,7 @@ fn merge_seen(v: &mut Violation, count: u64, first: Timestamp, last: Timestamp) 
     v.count += count;
 }
 
-fn subject_workload(res: &Resolution) -> Option<&WorkloadRef> {
+pub(crate) fn subject_workload(res: &Resolution) -> Option<&WorkloadRef> {
     match res {
         Resolution::Pod(p) => p.owner.as_ref().filter(|o| o.kind.is_subject()),
         _ => None,
@@ -333,7 +333,7 @@ fn workload_key(w: &WorkloadRef) -> (String, TargetKind, String) {
     (w.namespace.to_string(), kind, w.name.to_string())
 }
 
-fn target_key(w: &WorkloadRef, direction: Direction) -> TargetKey {
+pub(crate) fn target_key(w: &WorkloadRef, direction: Direction) -> TargetKey {
     let (namespace, kind, name) = workload_key(w);
     let direction = match direction {
         Direction::Ingress => PolicyDirection::Ingress,

@@ -204,3 +204,177 @@ fn acknowledged_records_are_capped_newest_first() {
     );
     assert_eq!(s.active_violation_count, 0);
 }
+
+mod detection {
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use ne_crds::{Backend, Mode, PolicyDirection, WorkloadNetworkPolicy};
+    use ne_shared::edge::Edge;
+    use ne_shared::flow::{
+        Direction, Endpoint, EndpointId, Protocol, Timestamp, WorkloadKind, WorkloadRef, labels,
+    };
+    use ne_shared::index::MergedEdge;
+    use ne_shared::resolve::RecordOnly;
+    use serde_json::json;
+
+    use crate::violations::detect::detect;
+
+    fn workload(name: &str) -> Endpoint {
+        Endpoint::new(EndpointId::Workload(WorkloadRef {
+            namespace: "shop".into(),
+            kind: WorkloadKind::Deployment,
+            name: name.into(),
+        }))
+        .with_labels(labels([("app", name.to_owned())]))
+    }
+
+    fn external(last_octet: u8) -> Endpoint {
+        let ip = IpAddr::V4(Ipv4Addr::new(93, 184, 216, last_octet));
+        Endpoint::new(EndpointId::External(ip)).with_ip(Some(ip))
+    }
+
+    fn edge(
+        subject: &str,
+        direction: Direction,
+        peer: Endpoint,
+        port: u16,
+        count: u64,
+    ) -> MergedEdge {
+        MergedEdge {
+            edge: Edge {
+                subject: workload(subject),
+                direction,
+                peer,
+                protocol: Protocol::Tcp,
+                port,
+                peer_dns: None,
+            },
+            count,
+            first_seen: Timestamp(10_000_000_000),
+            last_seen: Timestamp(20_000_000_000),
+        }
+    }
+
+    /// A monitor-mode NetworkPolicy-backed policy for Deployment `api`; both directions
+    /// select the same pods (`app=api`), as a workload's pair of policies always does.
+    fn policy(direction: &str, rules: serde_json::Value, mode: &str) -> WorkloadNetworkPolicy {
+        let key = if direction == "Ingress" {
+            "ingress"
+        } else {
+            "egress"
+        };
+        serde_json::from_value(json!({
+            "apiVersion": "networkenforcer.kubewarden.io/v1alpha1",
+            "kind": "WorkloadNetworkPolicy",
+            "metadata": {"name": format!("deployment-api-{}", key), "namespace": "shop"},
+            "spec": {
+                "backend": "kubernetes", "mode": mode, "direction": direction,
+                "targetRef": {"kind": "Deployment", "name": "api"},
+                "kubernetes": {"podSelector": {"matchLabels": {"app": "api"}}, "policyTypes": [direction], key: rules},
+            },
+        }))
+        .unwrap()
+    }
+
+    fn pods(app: &str) -> serde_json::Value {
+        json!({"podSelector": {"matchLabels": {"app": app}}, "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "shop"}}})
+    }
+
+    fn policies(mode: &str) -> Vec<WorkloadNetworkPolicy> {
+        vec![
+            policy(
+                "Ingress",
+                json!([{"from": [pods("web")], "ports": [{"protocol": "TCP", "port": 8080}]}]),
+                mode,
+            ),
+            policy(
+                "Egress",
+                json!([{"to": [pods("db")], "ports": [{"protocol": "TCP", "port": 5432}]}]),
+                mode,
+            ),
+        ]
+    }
+
+    fn traffic() -> Vec<MergedEdge> {
+        vec![
+            edge("api", Direction::Ingress, workload("web"), 8080, 5),
+            edge("api", Direction::Ingress, workload("cron"), 8080, 2),
+            edge("api", Direction::Egress, workload("db"), 5432, 9),
+            edge("api", Direction::Egress, external(34), 443, 3),
+            // Traffic of another workload: no policy covers it.
+            edge("web", Direction::Egress, workload("cron"), 9000, 1),
+        ]
+    }
+
+    #[test]
+    fn observations_land_on_the_policy_of_their_direction_even_with_a_shared_selector() {
+        let found = detect(
+            &traffic(),
+            &policies("monitor"),
+            &RecordOnly,
+            Backend::Kubernetes,
+        );
+        assert_eq!(found.allowed, 2);
+        let ingress =
+            &found.observations[&("shop".to_owned(), "deployment-api-ingress".to_owned())];
+        assert_eq!(ingress.len(), 1);
+        let o = &ingress[0];
+        assert_eq!(o.source.name.as_deref(), Some("cron"));
+        assert_eq!(o.destination.name.as_deref(), Some("api"));
+        assert_eq!(
+            (o.port, o.count, o.direction, o.mode),
+            (8080, 2, PolicyDirection::Ingress, Mode::Monitor)
+        );
+        let egress = &found.observations[&("shop".to_owned(), "deployment-api-egress".to_owned())];
+        assert_eq!(egress.len(), 1);
+        let o = &egress[0];
+        assert_eq!(
+            o.source.name.as_deref(),
+            Some("api"),
+            "egress: the subject is the source"
+        );
+        assert_eq!(o.destination.ip.as_deref(), Some("93.184.216.34"));
+        assert_eq!(
+            (o.port, o.count, o.direction),
+            (443, 3, PolicyDirection::Egress)
+        );
+    }
+
+    #[test]
+    fn only_monitor_policies_of_the_active_backend_are_checked() {
+        let found = detect(
+            &traffic(),
+            &policies("protect"),
+            &RecordOnly,
+            Backend::Kubernetes,
+        );
+        assert!(found.observations.is_empty() && found.allowed == 0);
+        let found = detect(
+            &traffic(),
+            &policies("monitor"),
+            &RecordOnly,
+            Backend::Istio,
+        );
+        assert!(found.observations.is_empty() && found.allowed == 0);
+    }
+
+    #[test]
+    fn edges_of_one_tuple_add_up() {
+        let mut edges = traffic();
+        // A second edge naming the same peer and port (its endpoints differ in what the
+        // record carries, not in what the violation names): one observation.
+        let mut again = edge("api", Direction::Egress, external(34), 443, 4);
+        again.last_seen = Timestamp(30_000_000_000);
+        edges.push(again);
+        let found = detect(
+            &edges,
+            &policies("monitor"),
+            &RecordOnly,
+            Backend::Kubernetes,
+        );
+        let egress = &found.observations[&("shop".to_owned(), "deployment-api-egress".to_owned())];
+        assert_eq!(egress.len(), 1);
+        assert_eq!(egress[0].count, 7);
+        assert_eq!(egress[0].last_seen.0.as_second(), 30);
+    }
+}

@@ -35,7 +35,7 @@ use serde::Serialize;
 pub use peer::{NAMESPACE_NAME_LABEL, PeerKey, SelectorKey, host_cidr};
 pub use render::{
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, MAX_NAME_LEN, PeerEvidenceRow, Proposal, RenderError,
-    proposal_name, render_proposal,
+    kube_time, proposal_name, render_proposal,
 };
 pub use summary::{AllowListSummary, InvalidEdge, LearnSummary, PeerSkip, Tally};
 
