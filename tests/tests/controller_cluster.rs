@@ -157,7 +157,13 @@ impl Setup {
             self.policies().get_opt(name).await.ok()?
         })
         .await;
-        eventually(&format!("proposal {name} gone"), || async {
+        self.proposal_gone(name, "promoted").await;
+        policy
+    }
+
+    /// Waits until proposal `name` no longer exists.
+    async fn proposal_gone(&self, name: &str, why: &str) {
+        eventually(&format!("proposal {name} gone ({why})"), || async {
             self.proposals()
                 .get_opt(name)
                 .await
@@ -165,7 +171,6 @@ impl Setup {
                 .and_then(|p| p.is_none().then_some(()))
         })
         .await;
-        policy
     }
 
     async fn set_mode(&self, name: &str, mode: &str) {
@@ -210,17 +215,8 @@ impl Setup {
             .delete("api", &DeleteParams::background())
             .await
             .unwrap();
-        eventually(
-            &format!("proposal {name} collected with its Deployment"),
-            || async {
-                self.proposals()
-                    .get_opt(name)
-                    .await
-                    .ok()
-                    .and_then(|p| p.is_none().then_some(()))
-            },
-        )
-        .await;
+        self.proposal_gone(name, "collected with its Deployment")
+            .await;
     }
 
     /// A `Promoted` Event on the policy.
