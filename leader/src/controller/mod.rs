@@ -8,7 +8,8 @@
 //!   budget), only while this replica leads.
 //!
 //! One round per `--flush-interval` on the leader: resolve the merged edge index against
-//! the cluster, render and merge proposals, plan, write. A round whose cluster already
+//! the cluster, render and merge proposals, check the traffic of monitored policies
+//! ([`crate::violations`]), plan, write. A round whose cluster already
 //! matches writes nothing.
 
 pub mod metrics;
@@ -164,6 +165,11 @@ impl Controller {
         let authorization_policies = self.stores.authorization_policies.as_ref().map(owned);
         // Whole seconds, as the API server stores times: a condition written now compares
         // equal when read back.
+        let detected =
+            crate::violations::detect::detect(merged, &policies, &snapshot, self.config.backend);
+        for ((namespace, name), error) in &detected.errors {
+            tracing::warn!(policy = %format!("{namespace}/{name}"), %error, "cannot check traffic against the policy");
+        }
         let now = Time(
             k8s_openapi::jiff::Timestamp::from_second(
                 k8s_openapi::jiff::Timestamp::now().as_second(),
@@ -177,6 +183,7 @@ impl Controller {
             policies: &policies,
             network_policies: &network_policies,
             authorization_policies: authorization_policies.as_deref(),
+            observations: &detected.observations,
             now: &now,
         };
         let plan = plan::plan(&world, &self.config);

@@ -226,6 +226,7 @@ impl Flusher {
             policies: &[],
             network_policies: &[],
             authorization_policies: None,
+            observations: &BTreeMap::new(),
             now: &now,
         };
         let plan = plan::plan(&world, &self.config);

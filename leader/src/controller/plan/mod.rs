@@ -7,6 +7,8 @@
 //!   ever adds), promotion, backend changes, `Stable` and `SharedIdentity` conditions.
 //! - [`native`]: each policy's native object (NetworkPolicy or AuthorizationPolicy) and its
 //!   `Ready` / `NativePolicyConflict` conditions.
+//! - [`violations`]: each policy's violation record (observations merged, acknowledgements
+//!   taken).
 
 mod conditions;
 mod merge;
@@ -14,6 +16,7 @@ mod native;
 mod proposals;
 #[cfg(test)]
 mod tests;
+mod violations;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -23,8 +26,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, 
 use kube::Resource;
 use ne_crds::{
     AuthorizationPolicy, Backend, PolicyDirection, TargetKind, WorkloadNetworkPolicy,
-    WorkloadNetworkPolicyProposal,
+    WorkloadNetworkPolicyProposal, WorkloadNetworkPolicyStatus,
 };
+
+use crate::violations::record::Observation;
 
 pub use conditions::{condition_changed, set_condition};
 pub use merge::{merge_spec, merge_status};
@@ -76,6 +81,9 @@ pub struct World<'a> {
     pub network_policies: &'a [NetworkPolicy],
     /// AuthorizationPolicies in the cluster; `None` when Istio's CRD is not installed.
     pub authorization_policies: Option<&'a [AuthorizationPolicy]>,
+    /// Violations detected this round, by policy `(namespace, name)`
+    /// ([`crate::violations::detect`]).
+    pub observations: &'a BTreeMap<(String, String), Vec<Observation>>,
     pub now: &'a Time,
 }
 
@@ -146,6 +154,13 @@ pub enum Action {
         observed_generation: Option<i64>,
         conditions: Vec<Condition>,
     },
+    /// Server-side apply of a policy's violation fields (its own field manager), then removal
+    /// of the acknowledgement annotations it consumed (only once the status is written).
+    ApplyViolations {
+        key: ObjectKey,
+        status: Box<WorkloadNetworkPolicyStatus>,
+        remove_annotations: Vec<String>,
+    },
     ApplyNetworkPolicy(Box<NetworkPolicy>),
     DeleteNetworkPolicy(ObjectKey),
     ApplyAuthorizationPolicy(Box<AuthorizationPolicy>),
@@ -171,6 +186,7 @@ pub fn plan(world: &World<'_>, config: &Config) -> Plan {
     let mut plan = Plan::default();
     proposals::plan(world, config, &mut plan);
     native::plan(world, config, &mut plan);
+    violations::plan(world, config, &mut plan);
     plan
 }
 

@@ -18,7 +18,7 @@ use ne_crds::{
     IstioFrom, IstioOperation, IstioRule, IstioSource, IstioTo, Mode, PROMOTE_LABEL,
     PROMOTED_FROM_LABEL, PeerEvidence, PolicyDirection, TargetKind, TargetRef,
     WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal, WorkloadNetworkPolicyProposalSpec,
-    WorkloadNetworkPolicyProposalStatus, WorkloadNetworkPolicySpec,
+    WorkloadNetworkPolicyProposalStatus, WorkloadNetworkPolicySpec, WorkloadNetworkPolicyStatus,
 };
 use ne_shared::allowlist::proposal_name;
 use ne_shared::flow::Direction;
@@ -168,6 +168,7 @@ struct Case {
     policies: Vec<WorkloadNetworkPolicy>,
     network_policies: Vec<NetworkPolicy>,
     authorization_policies: Option<Vec<AuthorizationPolicy>>,
+    observations: BTreeMap<(String, String), Vec<crate::violations::record::Observation>>,
     config: Config,
     now: Time,
 }
@@ -193,6 +194,7 @@ impl Case {
             policies: Vec::new(),
             network_policies: Vec::new(),
             authorization_policies: Some(Vec::new()),
+            observations: BTreeMap::new(),
             config: Config {
                 backend: Backend::Kubernetes,
                 excluded_namespaces: BTreeSet::from(["network-enforcer".to_owned()]),
@@ -211,6 +213,7 @@ impl Case {
             policies: &self.policies,
             network_policies: &self.network_policies,
             authorization_policies: self.authorization_policies.as_deref(),
+            observations: &self.observations,
             now: &self.now,
         };
         plan(&world, &self.config)
@@ -268,6 +271,25 @@ impl Case {
                     .as_mut()
                     .unwrap()
                     .retain(|a| ObjectKey::of(a).name != key.name),
+                Action::ApplyViolations {
+                    key,
+                    status,
+                    remove_annotations,
+                } => {
+                    let w = self
+                        .policies
+                        .iter_mut()
+                        .find(|w| ObjectKey::of(*w).name == key.name)
+                        .unwrap();
+                    let conditions = w.status.take().unwrap_or_default().conditions;
+                    w.status = Some(WorkloadNetworkPolicyStatus {
+                        conditions,
+                        ..(**status).clone()
+                    });
+                    if let Some(a) = w.metadata.annotations.as_mut() {
+                        a.retain(|k, _| !remove_annotations.contains(k));
+                    }
+                }
                 Action::Event(_) => {}
             }
         }
@@ -950,4 +972,124 @@ fn moved_evidence_is_written_once_it_is_a_refresh_interval_newer() {
             ..
         }]
     ));
+}
+
+fn observed(src: &str) -> crate::violations::record::Observation {
+    crate::violations::record::Observation {
+        source: ne_crds::WorkloadEndpointRef {
+            namespace: Some(NS.to_owned()),
+            kind: Some("Deployment".to_owned()),
+            name: Some(src.to_owned()),
+            ..Default::default()
+        },
+        destination: ne_crds::WorkloadEndpointRef {
+            namespace: Some(NS.to_owned()),
+            kind: Some("Deployment".to_owned()),
+            name: Some("api".to_owned()),
+            ..Default::default()
+        },
+        protocol: "TCP".to_owned(),
+        port: 8080,
+        direction: PolicyDirection::Ingress,
+        mode: Mode::Monitor,
+        count: 4,
+        first_seen: time(900),
+        last_seen: time(950),
+    }
+}
+
+fn violations_written(plan: &Plan) -> Vec<(&WorkloadNetworkPolicyStatus, &Vec<String>)> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::ApplyViolations {
+                status,
+                remove_annotations,
+                ..
+            } => Some((&**status, remove_annotations)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn observations_become_records_once_and_acknowledgements_are_taken() {
+    let mut case = Case::new();
+    case.policies = vec![policy("deployment-api-ingress", "api", Mode::Monitor)];
+    case.settle();
+    let key = (NS.to_owned(), "deployment-api-ingress".to_owned());
+    case.observations
+        .insert(key.clone(), vec![observed("cron")]);
+    let plan = case.plan();
+    let written = violations_written(&plan);
+    assert_eq!(written.len(), 1, "one write for the policy");
+    let (status, removed) = written[0];
+    assert_eq!(
+        (
+            status.violations.len(),
+            status.violations[0].id,
+            status.active_violation_count
+        ),
+        (1, 1, 1)
+    );
+    assert!(removed.is_empty());
+    case.apply(&plan);
+    assert!(
+        violations_written(&case.plan()).is_empty(),
+        "the same observation again writes nothing"
+    );
+    // The conditions the native planner wrote are kept.
+    assert!(
+        case.policies[0]
+            .status
+            .as_ref()
+            .unwrap()
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready")
+    );
+
+    // Acknowledge id 1, and an id that does not exist.
+    case.policies[0].metadata.annotations = Some(
+        [
+            (
+                "networkenforcer.kubewarden.io/acknowledge-1".to_owned(),
+                "cron is expected".to_owned(),
+            ),
+            (
+                "networkenforcer.kubewarden.io/acknowledge-7".to_owned(),
+                "typo".to_owned(),
+            ),
+        ]
+        .into(),
+    );
+    let plan = case.plan();
+    let (status, removed) = violations_written(&plan)[0];
+    assert_eq!(status.active_violation_count, 0);
+    assert_eq!(
+        status.acknowledged_violations[0].reason.as_deref(),
+        Some("cron is expected")
+    );
+    assert_eq!(
+        removed.len(),
+        2,
+        "both annotations go once the status is written"
+    );
+    assert!(plan.actions.iter().any(|a| matches!(a,
+        Action::Event(Event { warning: true, reason: "UnknownViolation", note, .. }) if note.contains("acknowledge-7"))));
+    case.apply(&plan);
+    // The index still holds the same totals: acknowledged, nothing new, nothing written.
+    assert_eq!(case.plan(), Plan::default());
+}
+
+#[test]
+fn policies_of_another_backend_get_no_violation_writes() {
+    let mut case = Case::new();
+    case.config.backend = Backend::Istio;
+    case.policies = vec![policy("deployment-api-ingress", "api", Mode::Monitor)];
+    case.observations.insert(
+        (NS.to_owned(), "deployment-api-ingress".to_owned()),
+        vec![observed("cron")],
+    );
+    assert!(violations_written(&case.plan()).is_empty());
 }

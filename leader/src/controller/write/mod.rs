@@ -23,8 +23,11 @@ use super::metrics::{ControllerMetrics, ErrorLabels, WriteLabels};
 use super::plan::{Action, Event, ObjectKey, Plan};
 use crate::ingest::Leadership;
 
-/// The field manager of every write.
+/// The field manager of every write but the violation record's.
 pub const FIELD_MANAGER: &str = "network-enforcer";
+/// The field manager of a policy's violation fields: apart from [`FIELD_MANAGER`], which
+/// owns the conditions, so neither apply removes the other's fields.
+pub const VIOLATIONS_FIELD_MANAGER: &str = "network-enforcer-violations";
 
 /// Events remembered (by key) so each is recorded once.
 const EVENT_MEMORY: usize = 10_000;
@@ -220,6 +223,14 @@ impl Writer {
                     .map(drop)
                     .map_err(|e| ("WorkloadNetworkPolicy", "apply_status", e))
             }
+            Action::ApplyViolations {
+                key,
+                status,
+                remove_annotations,
+            } => {
+                self.apply_violations(&key, &status, &remove_annotations)
+                    .await
+            }
             Action::ApplyNetworkPolicy(np) => {
                 let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), ns(&*np));
                 self.upsert(&api, "NetworkPolicy", &*np).await
@@ -239,6 +250,52 @@ impl Writer {
             }
             Action::Event(e) => self.event(e).await,
         }
+    }
+
+    /// The policy's violation fields with their own field manager (the conditions are the
+    /// other manager's), then, once written, the removal of the acknowledgement annotations.
+    async fn apply_violations(
+        &self,
+        key: &ObjectKey,
+        status: &ne_crds::WorkloadNetworkPolicyStatus,
+        remove_annotations: &[String],
+    ) -> Result<(), (&'static str, &'static str, kube::Error)> {
+        let kind = "WorkloadNetworkPolicy";
+        let api: Api<WorkloadNetworkPolicy> = Api::namespaced(self.client.clone(), &key.namespace);
+        let body = serde_json::json!({
+            "apiVersion": WorkloadNetworkPolicy::api_version(&()),
+            "kind": kind,
+            "metadata": { "name": key.name, "namespace": key.namespace },
+            "status": {
+                "violations": status.violations,
+                "activeViolationCount": status.active_violation_count,
+                "violationCount": status.violation_count,
+                "lastViolationId": status.last_violation_id,
+                "lastViolationTime": status.last_violation_time,
+                "acknowledgedViolations": status.acknowledged_violations,
+            },
+        });
+        self.count(kind, "apply_violations");
+        api.patch_status(
+            &key.name,
+            &PatchParams::apply(VIOLATIONS_FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|e| (kind, "apply_violations", e))?;
+        if remove_annotations.is_empty() {
+            return Ok(());
+        }
+        let annotations: serde_json::Map<String, serde_json::Value> = remove_annotations
+            .iter()
+            .map(|a| (a.clone(), serde_json::Value::Null))
+            .collect();
+        let patch = serde_json::json!({"metadata": {"annotations": annotations}});
+        self.count(kind, "patch");
+        api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(drop)
+            .map_err(|e| (kind, "patch", e))
     }
 
     /// Apply when the object carries the uid of the one we wrote (a precondition), create

@@ -416,3 +416,77 @@ async fn the_write_budget_defers_and_a_lost_lease_stops_the_round() {
     let outcome = run(plan(), Vec::new(), plenty(), &standby).await;
     assert_eq!(outcome, Outcome::default());
 }
+
+#[tokio::test]
+async fn violations_are_applied_with_their_own_manager_then_the_annotations_removed() {
+    let mut status = ne_crds::WorkloadNetworkPolicyStatus {
+        violation_count: 4,
+        active_violation_count: 0,
+        last_violation_id: 1,
+        ..Default::default()
+    };
+    status.conditions = Vec::new();
+    let plan = Plan {
+        actions: vec![Action::ApplyViolations {
+            key: proposal_key(),
+            status: Box::new(status),
+            remove_annotations: vec!["networkenforcer.kubewarden.io/acknowledge-1".to_owned()],
+        }],
+        ..Plan::default()
+    };
+    let policy = || {
+        let s = spec();
+        let mut w = WorkloadNetworkPolicy::new(
+            "deployment-api-ingress",
+            WorkloadNetworkPolicySpec {
+                backend: s.backend,
+                kubernetes: s.kubernetes,
+                istio: None,
+                target_ref: s.target_ref,
+                direction: s.direction,
+                mode: Mode::Monitor,
+            },
+        );
+        w.metadata.namespace = Some("shop".to_owned());
+        echo(&serde_json::to_value(w).unwrap())
+    };
+    let steps = vec![
+        step(
+            "PATCH",
+            format!(
+                "{WNP}/deployment-api-ingress/status?&force=true&fieldManager=network-enforcer-violations"
+            ),
+            |b| {
+                assert_eq!(b["status"]["lastViolationId"], 1);
+                assert_eq!(b["status"]["violationCount"], 4);
+                assert!(
+                    b["status"].get("conditions").is_none(),
+                    "conditions are the other manager's"
+                );
+            },
+            200,
+            move |_| policy(),
+        ),
+        step(
+            "PATCH",
+            format!("{WNP}/deployment-api-ingress?"),
+            |b| {
+                assert_eq!(
+                    b,
+                    &json!({"metadata": {"annotations": {"networkenforcer.kubewarden.io/acknowledge-1": null}}})
+                );
+            },
+            200,
+            move |_| policy(),
+        ),
+    ];
+    let outcome = run(plan, steps, plenty(), &leading()).await;
+    assert_eq!(
+        outcome,
+        Outcome {
+            written: 1,
+            deferred: 0,
+            failed: 0
+        }
+    );
+}
