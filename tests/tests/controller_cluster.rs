@@ -75,7 +75,7 @@ async fn setup(
     let (_, web_pod) = deployment(&client, &app.name, "web", "web", WEB_IP).await;
     let dir = temp_dir(what);
     let ingest = free_address();
-    let mut leader = Command::new(binary("ne-leader", "ne-leader"));
+    let mut leader = Command::new(binary("ne-leader"));
     leader
         .args(["run", "--provider", provider, "--insecure-ingest"])
         .args([
@@ -93,7 +93,7 @@ async fn setup(
         .args(["--flush-interval", "1s", "--stable-after", "1h"])
         .env("RUST_LOG", "info");
     let leader = Process::spawn(&format!("leader-{what}"), leader);
-    let mut agent = Command::new(binary("ne-node-agent", "ne-agent"));
+    let mut agent = Command::new(binary("ne-agent"));
     agent
         .args(agent_args(&dir))
         .args(["--node-name", "worker-1", "--leader-address", &ingest])
@@ -580,7 +580,7 @@ async fn the_test_data_plane_reaches_a_real_leader_through_a_real_agent() {
     ));
     let ingest = free_address();
     let output = dir.join("proposals");
-    let mut leader = Command::new(binary("ne-leader", "ne-leader"));
+    let mut leader = Command::new(binary("ne-leader"));
     leader
         .args([
             "run",
@@ -598,7 +598,7 @@ async fn the_test_data_plane_reaches_a_real_leader_through_a_real_agent() {
         .args(["--flush-interval", "200ms", "--output"])
         .arg(&output);
     let _leader = Process::spawn("harness-leader", leader);
-    let mut agent = Command::new(binary("ne-node-agent", "ne-agent"));
+    let mut agent = Command::new(binary("ne-agent"));
     agent
         .args(["--source", "hubble", "--hubble-address"])
         .arg(format!("unix://{}", socket.display()))

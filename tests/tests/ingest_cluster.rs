@@ -160,7 +160,7 @@ struct Leader {
 fn start_leader(identity: &'static str, ns: &str, dir: &Path) -> Leader {
     let (ingest, metrics) = (free_address(), free_address());
     let output = dir.join(identity);
-    let mut command = Command::new(binary("ne-leader", "ne-leader"));
+    let mut command = Command::new(binary("ne-leader"));
     command
         .args(["run", "--provider", "cilium", "--no-controller"])
         .args(["--lease-namespace", ns, "--identity", identity])
@@ -223,7 +223,7 @@ async fn killing_the_lease_holder_mid_stream_loses_nothing_and_counts_nothing_tw
             mine[half..].to_vec(),
             gated.clone(),
         ));
-        let mut agent = Command::new(binary("ne-node-agent", "ne-agent"));
+        let mut agent = Command::new(binary("ne-agent"));
         agent
             .args(["--source", "hubble", "--hubble-address"])
             .arg(format!("unix://{}", socket.display()))

@@ -145,7 +145,7 @@ impl Drop for Process {
 /// build is brought up to date once per process (`cargo test --workspace --no-run`: a no-op
 /// under `cargo test --workspace`, which builds the binaries with the same features, so
 /// nothing is built twice).
-pub fn binary(_package: &str, name: &str) -> PathBuf {
+pub fn binary(name: &str) -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
     BUILT.call_once(|| {
         let status = Command::new(env!("CARGO"))

@@ -7,7 +7,6 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -480,9 +479,6 @@ fn ns<K: Resource>(object: &K) -> &str {
 fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
-
-/// How long a failing round waits before the next (the flush interval bounds it too).
-pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests;

@@ -146,7 +146,8 @@ fn proposal_key() -> ObjectKey {
     }
 }
 
-fn promotion() -> Action {
+/// The policy a promotion of the `api` proposal creates, in `mode`.
+fn policy(mode: Mode) -> WorkloadNetworkPolicy {
     let s = spec();
     let mut policy = WorkloadNetworkPolicy::new(
         "deployment-api-ingress",
@@ -156,10 +157,15 @@ fn promotion() -> Action {
             istio: None,
             target_ref: s.target_ref,
             direction: s.direction,
-            mode: Mode::Protect,
+            mode,
         },
     );
     policy.metadata.namespace = Some("shop".to_owned());
+    policy
+}
+
+fn promotion() -> Action {
+    let mut policy = policy(Mode::Protect);
     policy.metadata.labels = Some(
         [(
             PROMOTED_FROM_LABEL.to_owned(),
@@ -434,22 +440,7 @@ async fn violations_are_applied_with_their_own_manager_then_the_annotations_remo
         }],
         ..Plan::default()
     };
-    let policy = || {
-        let s = spec();
-        let mut w = WorkloadNetworkPolicy::new(
-            "deployment-api-ingress",
-            WorkloadNetworkPolicySpec {
-                backend: s.backend,
-                kubernetes: s.kubernetes,
-                istio: None,
-                target_ref: s.target_ref,
-                direction: s.direction,
-                mode: Mode::Monitor,
-            },
-        );
-        w.metadata.namespace = Some("shop".to_owned());
-        echo(&serde_json::to_value(w).unwrap())
-    };
+    let stored = || echo(&serde_json::to_value(policy(Mode::Monitor)).unwrap());
     let steps = vec![
         step(
             "PATCH",
@@ -465,7 +456,7 @@ async fn violations_are_applied_with_their_own_manager_then_the_annotations_remo
                 );
             },
             200,
-            move |_| policy(),
+            move |_| stored(),
         ),
         step(
             "PATCH",
@@ -477,7 +468,7 @@ async fn violations_are_applied_with_their_own_manager_then_the_annotations_remo
                 );
             },
             200,
-            move |_| policy(),
+            move |_| stored(),
         ),
     ];
     let outcome = run(plan, steps, plenty(), &leading()).await;
