@@ -111,6 +111,20 @@ pub struct RunArgs {
     /// Largest burst of API writes.
     #[arg(long, env = "NE_API_WRITE_BURST", default_value_t = 50)]
     pub api_write_burst: u32,
+    /// OpenTelemetry export: `otlp` sends metrics and violation log events to the
+    /// collector the standard `OTEL_EXPORTER_OTLP_*` variables name (nothing when no
+    /// endpoint is set); `none` sends nothing (`/metrics` is served either way).
+    #[arg(long, value_enum, env = "NE_OTEL", default_value_t = OtelArg::Otlp)]
+    pub otel: OtelArg,
+}
+
+/// Where OpenTelemetry data goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OtelArg {
+    /// OTLP, configured by the standard environment variables.
+    Otlp,
+    /// No export.
+    None,
 }
 
 /// Input format of a flow file.

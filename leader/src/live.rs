@@ -20,11 +20,11 @@ use ne_shared::allowlist::{AggregatedEdge, LearnOptions, LearnSummary};
 use ne_shared::edge::Provider;
 use ne_shared::index::MergedEdge;
 use ne_shared::resolve::{RecordOnly, Resolver};
-use ne_telemetry::{http, otlp};
+use ne_telemetry::{http, logs, otlp};
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::auth::{Authenticator, Insecure, TokenReviews};
-use crate::cli::{ProviderArg, RunArgs};
+use crate::cli::{OtelArg, ProviderArg, RunArgs};
 use crate::controller::metrics::ControllerMetrics;
 use crate::controller::{Controller, Settings};
 use crate::election::{self, LeaseLeadership};
@@ -32,6 +32,7 @@ use crate::ingest::Leadership;
 use crate::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics};
 use crate::leader_label::{self, PodLabeler};
 use crate::offline::learn::{proposals, to_yaml_stream, write_proposals};
+use crate::violations::detect::Traffic;
 
 impl From<ProviderArg> for Provider {
     fn from(p: ProviderArg) -> Self {
@@ -84,9 +85,11 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
             )
         })?;
     tracing::info!(address = %metrics_listener.local_addr()?, "metrics listening");
+    let log_metrics = Arc::new(logs::LogMetrics::default());
     let exposition: Arc<dyn http::Exposition> = Arc::new(Exposed {
         ingest: metrics.clone(),
         controller: controller_metrics.clone(),
+        logs: log_metrics.clone(),
     });
     let pod: Vec<(&str, &str)> = args
         .identity
@@ -94,12 +97,39 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         .map(|p| ("k8s.pod.name", p))
         .into_iter()
         .collect();
-    let otlp = match otlp::OtlpConfig::from_env(|k| std::env::var(k).ok(), "ne-leader", &pod)? {
+    let otel = args.otel == OtelArg::Otlp;
+    let env = |k: &str| std::env::var(k).ok();
+    let otlp = match otel
+        .then(|| otlp::OtlpConfig::from_env(env, "ne-leader", &pod))
+        .transpose()?
+        .flatten()
+    {
         Some(config) => {
             tracing::info!(endpoint = %config.endpoint, interval = ?config.interval, "exporting metrics over OTLP");
             Some(tokio::spawn(otlp::run(config, exposition.clone())))
         }
         None => None,
+    };
+    let (log_events, log_exporter) = match otel
+        .then(|| logs::LogsConfig::from_env(env, "ne-leader", &pod))
+        .transpose()?
+        .flatten()
+    {
+        Some(config) => {
+            tracing::info!(endpoint = %config.endpoint, "exporting violation log events over OTLP");
+            let (sender, task) = logs::start(
+                config,
+                ne_shared::otel_names::LOG_SCOPE,
+                log_metrics.clone(),
+            );
+            (sender, Some(task))
+        }
+        None => {
+            tracing::info!(
+                "violation log events are not exported (no OTLP logs endpoint, or --otel=none)"
+            );
+            (logs::LogSender::disabled(), None)
+        }
     };
     let endpoints = http::Endpoints {
         metrics: exposition,
@@ -143,7 +173,15 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
             write_burst: args.api_write_burst,
             identity: identity(args),
         };
-        Some(Controller::start(client, settings, controller_metrics.clone()).await?)
+        Some(
+            Controller::start(
+                client,
+                settings,
+                controller_metrics.clone(),
+                log_events.clone(),
+            )
+            .await?,
+        )
     };
     let mut written = String::new();
     let mut ticker = tokio::time::interval(args.flush_interval);
@@ -161,8 +199,12 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         metrics
             .edges
             .set(i64::try_from(merged.len()).unwrap_or(i64::MAX));
+        let traffic = Traffic {
+            edges: &merged,
+            ..Traffic::default()
+        };
         if let Some(controller) = controller.as_mut()
-            && let Err(error) = controller.round(&merged, &leadership).await
+            && let Err(error) = controller.round(traffic, &leadership).await
         {
             tracing::warn!(error = format!("{error:#}"), "controller round failed");
         }
@@ -188,6 +230,16 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
     }
     let _ = server.await;
     drop(controller);
+    // Events of the last round go out before the process does.
+    if let Some(task) = log_exporter {
+        if tokio::time::timeout(std::time::Duration::from_secs(5), log_events.flush())
+            .await
+            .is_err()
+        {
+            tracing::warn!("violation log events not exported within 5 s are lost");
+        }
+        task.abort();
+    }
     drop(leadership);
     // Every handle on the Lease is gone: the election task releases it, so a standby takes
     // over at once instead of waiting for the Lease to expire.
@@ -310,6 +362,7 @@ fn identity(args: &RunArgs) -> String {
 struct Exposed {
     ingest: Arc<LeaderMetrics>,
     controller: Arc<ControllerMetrics>,
+    logs: Arc<logs::LogMetrics>,
 }
 
 impl http::Exposition for Exposed {
@@ -317,6 +370,7 @@ impl http::Exposition for Exposed {
         http::prometheus_text(|r| {
             self.ingest.register(r);
             self.controller.register(r);
+            self.logs.register(r);
         })
     }
 }

@@ -35,6 +35,9 @@ pub const POLICY_REF_NAME: &str = "policy.ref.name";
 pub const VIOLATION_ID: &str = "violation.id";
 /// `ingress` or `egress`.
 pub const NETWORK_DIRECTION: &str = "network.direction";
+/// Flows of the tuple seen so far (the record's count; for unattributed traffic, the
+/// data plane's total). Not one of §5's fixed attributes: an addition every event has.
+pub const VIOLATION_COUNT: &str = "violation.count";
 /// Why a violation was acknowledged (acknowledged event only).
 pub const REASON: &str = "reason";
 
@@ -80,7 +83,10 @@ mod tests {
     #[test]
     fn attribute_names_are_distinct_and_dotted_lowercase() {
         let mut seen = std::collections::BTreeSet::new();
-        for key in VIOLATION_ATTRIBUTES.into_iter().chain([REASON]) {
+        for key in VIOLATION_ATTRIBUTES
+            .into_iter()
+            .chain([REASON, VIOLATION_COUNT])
+        {
             assert!(seen.insert(key), "{key} is listed twice");
             assert!(
                 key.chars()

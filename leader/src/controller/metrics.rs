@@ -31,6 +31,13 @@ pub struct ReasonLabel {
     pub reason: &'static str,
 }
 
+/// `{provider, action}` of violation observations.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ViolationLabels {
+    pub provider: &'static str,
+    pub action: &'static str,
+}
+
 /// The controller's metrics.
 #[derive(Debug)]
 pub struct ControllerMetrics {
@@ -46,6 +53,18 @@ pub struct ControllerMetrics {
     pub unresolved_subjects: Family<ReasonLabel, Gauge>,
     /// Edges whose peer a policy cannot express, by reason (last round).
     pub unexpressible_peers: Family<ReasonLabel, Gauge>,
+    /// Flows of violation records (growth of their counts as reported), by provider and
+    /// action.
+    pub violations_observed: Family<ViolationLabels, Counter>,
+    /// Flows of denials and dry-run denials no policy covers.
+    pub violations_unattributed: Counter,
+    /// Violation log events handed to the exporter, by event name.
+    pub violation_events: Family<EventLabel, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabel {
+    pub event: &'static str,
 }
 
 impl Default for ControllerMetrics {
@@ -62,6 +81,9 @@ impl Default for ControllerMetrics {
             objects_skipped: Gauge::default(),
             unresolved_subjects: Family::default(),
             unexpressible_peers: Family::default(),
+            violations_observed: Family::default(),
+            violations_unattributed: Counter::default(),
+            violation_events: Family::default(),
         }
     }
 }
@@ -109,6 +131,21 @@ impl ControllerMetrics {
             "leader_unexpressible_peers",
             "Merged edges whose peer a policy cannot express, by reason",
             self.unexpressible_peers.clone(),
+        );
+        r.register(
+            "violations_observed",
+            "Flows that violate a WorkloadNetworkPolicy, as recorded in its status, by provider and action (monitor, protect)",
+            self.violations_observed.clone(),
+        );
+        r.register(
+            "violations_unattributed",
+            "Flows denied by the data plane (or by a dry-run policy) whose workload no WorkloadNetworkPolicy of that mode covers",
+            self.violations_unattributed.clone(),
+        );
+        r.register(
+            "leader_violation_events",
+            "Violation log events handed to the OTLP exporter, by event",
+            self.violation_events.clone(),
         );
     }
 }

@@ -17,7 +17,7 @@ pub mod plan;
 pub mod state;
 pub mod write;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,13 +26,17 @@ use kube::Client;
 use ne_crds::Backend;
 use ne_shared::allowlist::{LearnOptions, backend_for};
 use ne_shared::edge::Provider;
-use ne_shared::index::MergedEdge;
+use ne_telemetry::logs::LogSender;
 
 use crate::ingest::Leadership;
+use crate::violations::detect::Traffic;
+use crate::violations::events::{self, Reported};
+use crate::violations::record::Observation;
 use metrics::{ControllerLabel, ReasonLabel};
+use ne_crds::WorkloadNetworkPolicy;
 use plan::{Config, World};
 use state::{Stores, owned};
-use write::{Budget, Outcome, Writer};
+use write::{Budget, Outcome, ViolationEvents, Writer, WrittenViolations};
 
 /// How the controller is set up.
 #[derive(Clone, Debug)]
@@ -56,6 +60,9 @@ pub struct Controller {
     settings: Settings,
     config: Config,
     metrics: Arc<metrics::ControllerMetrics>,
+    /// Violation fields written and not yet seen in the cache, by policy.
+    written: HashMap<(String, String), WrittenViolations>,
+    unattributed: Unattributed,
     _reflectors: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -81,6 +88,7 @@ impl Controller {
         client: Client,
         settings: Settings,
         metrics: Arc<metrics::ControllerMetrics>,
+        events: LogSender,
     ) -> anyhow::Result<Self> {
         let backend = backend_for(settings.provider);
         let istio = state::authorization_policies_served(&client).await?;
@@ -112,13 +120,16 @@ impl Controller {
             &settings.identity,
             Budget::new(settings.writes_per_second, settings.write_burst),
             metrics.clone(),
+            ViolationEvents::new(settings.provider, events.clone()),
         );
         Ok(Controller {
             stores,
             writer,
+            unattributed: Unattributed::new(settings.provider, events),
             settings,
             config,
             metrics,
+            written: HashMap::new(),
             _reflectors: reflectors,
         })
     }
@@ -126,9 +137,10 @@ impl Controller {
     /// One round: learned proposals from `merged`, planned against the caches, written.
     pub async fn round(
         &mut self,
-        merged: &[MergedEdge],
+        traffic: Traffic<'_>,
         leader: &dyn Leadership,
     ) -> anyhow::Result<Outcome> {
+        let merged = traffic.edges;
         let started = Instant::now();
         let (snapshot, skipped_objects) = self.stores.snapshot();
         self.metrics
@@ -160,16 +172,19 @@ impl Controller {
         }
         let workloads = self.stores.workloads();
         let proposals = owned(&self.stores.proposals);
-        let policies = owned(&self.stores.policies);
+        let mut policies = owned(&self.stores.policies);
+        overlay(&mut policies, &mut self.written);
         let network_policies = owned(&self.stores.network_policies);
         let authorization_policies = self.stores.authorization_policies.as_ref().map(owned);
         // Whole seconds, as the API server stores times: a condition written now compares
         // equal when read back.
         let detected =
-            crate::violations::detect::detect(merged, &policies, &snapshot, self.config.backend);
+            crate::violations::detect::detect(traffic, &policies, &snapshot, self.config.backend);
         for ((namespace, name), error) in &detected.errors {
             tracing::warn!(policy = %format!("{namespace}/{name}"), %error, "cannot check traffic against the policy");
         }
+        self.unattributed
+            .report(&detected.unattributed, &self.metrics);
         let now = Time(
             k8s_openapi::jiff::Timestamp::from_second(
                 k8s_openapi::jiff::Timestamp::now().as_second(),
@@ -196,6 +211,10 @@ impl Controller {
         }
         let actions = plan.actions.len();
         let outcome = self.writer.execute(plan, leader).await;
+        for w in self.writer.take_written() {
+            self.written
+                .insert((w.key.namespace.clone(), w.key.name.clone()), w);
+        }
         if actions > 0 {
             tracing::info!(
                 actions,
@@ -212,5 +231,82 @@ impl Controller {
             })
             .observe(started.elapsed().as_secs_f64());
         Ok(outcome)
+    }
+}
+
+/// Puts the violation fields this replica wrote into `policies` whose cached version is
+/// still the one they were computed from; forgets the writes the cache has caught up with
+/// (or that a deleted or re-created policy made moot).
+fn overlay(
+    policies: &mut [WorkloadNetworkPolicy],
+    written: &mut HashMap<(String, String), WrittenViolations>,
+) {
+    let mut keep = HashMap::new();
+    for w in policies.iter_mut() {
+        let key = (
+            w.metadata.namespace.clone().unwrap_or_default(),
+            w.metadata.name.clone().unwrap_or_default(),
+        );
+        let Some(mine) = written.remove(&key) else {
+            continue;
+        };
+        if mine.key.uid != w.metadata.uid || mine.resource_version != w.metadata.resource_version {
+            continue;
+        }
+        let status = w.status.get_or_insert_with(Default::default);
+        let conditions = std::mem::take(&mut status.conditions);
+        let observed_generation = status.observed_generation;
+        *status = ne_crds::WorkloadNetworkPolicyStatus {
+            conditions,
+            observed_generation,
+            ..mine.status.clone()
+        };
+        keep.insert(key, mine);
+    }
+    *written = keep;
+}
+
+/// Unattributed observations reported so far, by tuple.
+const UNATTRIBUTED_MEMORY: usize = 10_000;
+
+/// Reports denials no policy covers: each tuple's growth once, as an event with an empty
+/// policy reference and in `violations_unattributed_total`.
+struct Unattributed {
+    provider: &'static str,
+    sender: LogSender,
+    reported: Reported<String>,
+}
+
+impl Unattributed {
+    fn new(provider: ne_shared::edge::Provider, sender: LogSender) -> Self {
+        Unattributed {
+            provider: provider.as_str(),
+            sender,
+            reported: Reported::new(UNATTRIBUTED_MEMORY),
+        }
+    }
+
+    fn report(&mut self, observations: &[Observation], metrics: &metrics::ControllerMetrics) {
+        for o in observations {
+            let key = format!(
+                "{:?}|{:?}|{}|{}|{:?}|{:?}",
+                o.source, o.destination, o.protocol, o.port, o.direction, o.mode
+            );
+            let before = self.reported.last(&key).unwrap_or(0);
+            if !self.reported.news(&key, o.count) {
+                continue;
+            }
+            metrics
+                .violations_unattributed
+                .inc_by(u64::try_from(o.count - before).unwrap_or(0));
+            if self.sender.emit(events::unattributed(self.provider, o)) {
+                metrics
+                    .violation_events
+                    .get_or_create(&metrics::EventLabel {
+                        event: ne_shared::otel_names::EVENT_VIOLATION_OBSERVED,
+                    })
+                    .inc();
+            }
+        }
     }
 }

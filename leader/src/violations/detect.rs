@@ -1,30 +1,60 @@
-//! Monitor-mode detection: every merged edge whose subject a policy in `monitor` mode
-//! covers is checked with real NetworkPolicy or Istio semantics ([`ne_shared::eval`],
-//! exactly as `ne-leader check` does); what the policy would not allow is an observation
-//! for that policy. Attribution is by the subject workload's `targetRef` and the edge's
-//! direction, never by comparing selectors, so a workload's ingress and egress policies
-//! (which share one selector) each get only their own traffic.
+//! Detection: what the leader merged this round, turned into observations of the
+//! policies they concern.
+//!
+//! - Monitor: every forwarded edge whose subject a `monitor`-mode policy covers is checked
+//!   with real NetworkPolicy or Istio semantics ([`ne_shared::eval`], exactly as
+//!   `ne-leader check` does); what the policy would not allow is an observation. ztunnel's
+//!   dry-run deny lines (the dry-run AuthorizationPolicy of a monitored Istio workload)
+//!   are the same signal: their observation carries no port and joins the record the
+//!   check makes of the same connection (see [`super::record`]).
+//! - Protect: connections the data plane denied are observations of the `protect`-mode
+//!   policy covering their subject.
+//!
+//! Attribution is by the subject workload's `targetRef` and the edge's direction, never by
+//! comparing selectors, so a workload's ingress and egress policies (which share one
+//! selector) each get only their own traffic. Denials no policy covers are returned as
+//! unattributed.
 
 use std::collections::BTreeMap;
 
-use ne_crds::{Backend, Mode, WorkloadEndpointRef, WorkloadNetworkPolicy};
+use ne_crds::{Backend, Mode, PolicyDirection, WorkloadEndpointRef, WorkloadNetworkPolicy};
 use ne_shared::allowlist::kube_time;
 use ne_shared::eval::{self, Decision, PolicyRef};
 use ne_shared::flow::{Direction, Endpoint, EndpointId};
 use ne_shared::index::MergedEdge;
 use ne_shared::resolve::{Resolution, Resolver};
 
-use super::record::Observation;
+use super::record::{Observation, UNKNOWN_PORT};
 use crate::offline::check::{TargetKey, subject_workload, target_key};
 
-/// Observations per policy (`namespace`, `name`), and what could not be checked.
+/// A policy's key: (`namespace`, `name`).
+pub type PolicyKey = (String, String);
+
+/// What the leader merged this round, by verdict (the agents ship each class apart).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Traffic<'a> {
+    /// Forwarded traffic: checked against `monitor`-mode policies.
+    pub edges: &'a [MergedEdge],
+    /// Connections a data plane denied (Hubble policy drops, Goldmane `Deny`, ztunnel
+    /// policy rejections): observations of `protect`-mode policies.
+    pub denials: &'a [MergedEdge],
+    /// Connections a dry-run policy would have denied (ztunnel's dry-run lines): the same
+    /// signal as a `monitor`-mode check, and merged into the same record.
+    pub audits: &'a [MergedEdge],
+}
+
+/// Observations per policy, what matched no policy, and what could not be checked.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Detected {
-    pub observations: BTreeMap<(String, String), Vec<Observation>>,
+    pub observations: BTreeMap<PolicyKey, Vec<Observation>>,
+    /// Denials and dry-run denials whose subject no policy of that mode covers (a policy
+    /// the user wrote by hand, a workload without a policy): counted and exported with an
+    /// empty policy reference, never written to a status.
+    pub unattributed: Vec<Observation>,
     /// Edges a monitored policy allows.
     pub allowed: u64,
     /// Edges a policy could not be evaluated on (an invalid spec), by policy.
-    pub errors: BTreeMap<(String, String), String>,
+    pub errors: BTreeMap<PolicyKey, String>,
 }
 
 /// One end of a connection as the violation record names it.
@@ -57,16 +87,15 @@ pub fn endpoint_ref(endpoint: &Endpoint, resolution: &Resolution) -> WorkloadEnd
     r
 }
 
-/// Checks `merged` against the `monitor`-mode policies of `backend`.
-pub fn detect(
-    merged: &[MergedEdge],
+/// The policies of `backend` in `mode`, by what they target.
+fn by_target(
     policies: &[WorkloadNetworkPolicy],
-    resolver: &dyn Resolver,
     backend: Backend,
-) -> Detected {
-    let monitored: BTreeMap<TargetKey, &WorkloadNetworkPolicy> = policies
+    mode: Mode,
+) -> BTreeMap<TargetKey, &WorkloadNetworkPolicy> {
+    policies
         .iter()
-        .filter(|w| w.spec.mode == Mode::Monitor && w.spec.backend == backend)
+        .filter(|w| w.spec.mode == mode && w.spec.backend == backend)
         .map(|w| {
             (
                 (
@@ -78,11 +107,95 @@ pub fn detect(
                 w,
             )
         })
-        .collect();
+        .collect()
+}
+
+fn key_of(w: &WorkloadNetworkPolicy) -> PolicyKey {
+    (
+        w.metadata.namespace.clone().unwrap_or_default(),
+        w.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// The observation `m` makes in `mode`, its subject and peer resolved. `port` overrides
+/// the edge's port (dry-run lines carry none).
+fn observation(m: &MergedEdge, subject: &Resolution, peer: &Resolution, mode: Mode) -> Observation {
+    let edge = &m.edge;
+    let (local, remote) = (
+        endpoint_ref(&edge.subject, subject),
+        endpoint_ref(&edge.peer, peer),
+    );
+    let (source, destination) = match edge.direction {
+        Direction::Egress => (local, remote),
+        Direction::Ingress => (remote, local),
+    };
+    Observation {
+        source,
+        destination,
+        protocol: edge.protocol.as_str().to_owned(),
+        port: if edge.port == 0 {
+            UNKNOWN_PORT
+        } else {
+            i32::from(edge.port)
+        },
+        direction: match edge.direction {
+            Direction::Ingress => PolicyDirection::Ingress,
+            Direction::Egress => PolicyDirection::Egress,
+        },
+        mode,
+        count: i64::try_from(m.count).unwrap_or(i64::MAX),
+        first_seen: kube_time(m.first_seen),
+        last_seen: kube_time(m.last_seen),
+    }
+}
+
+/// Adds `observation` to `list`, summed into the observation of the same tuple if any
+/// (several edges can name one tuple: their endpoints differ in details the record does
+/// not name).
+fn add(list: &mut Vec<Observation>, observation: Observation) {
+    let same = |o: &Observation| {
+        (&o.source, &o.destination, &o.protocol, o.port, o.mode)
+            == (
+                &observation.source,
+                &observation.destination,
+                &observation.protocol,
+                observation.port,
+                observation.mode,
+            )
+    };
+    match list.iter_mut().find(|o| same(o)) {
+        Some(o) => {
+            o.count = o.count.saturating_add(observation.count);
+            if observation.first_seen.0 < o.first_seen.0 {
+                o.first_seen = observation.first_seen.clone();
+            }
+            if observation.last_seen.0 > o.last_seen.0 {
+                o.last_seen = observation.last_seen.clone();
+            }
+        }
+        None => list.push(observation),
+    }
+}
+
+/// Checks the round's traffic against the policies of `backend`:
+/// - forwarded edges whose subject a `monitor`-mode policy covers, with the policy's real
+///   semantics: what it would not allow is an observation;
+/// - denials: an observation of the `protect`-mode policy covering the subject;
+/// - dry-run denials: an observation of the `monitor`-mode policy covering the subject
+///   (its port unknown, so it joins the record the check makes of the same connection).
+///
+/// Attribution is by the subject workload and the edge's direction only.
+pub fn detect(
+    traffic: Traffic<'_>,
+    policies: &[WorkloadNetworkPolicy],
+    resolver: &dyn Resolver,
+    backend: Backend,
+) -> Detected {
+    let monitored = by_target(policies, backend, Mode::Monitor);
+    let protected = by_target(policies, backend, Mode::Protect);
     let mut detected = Detected::default();
-    // (policy, tuple) → observation, so several edges of one tuple add up.
-    let mut tuples: BTreeMap<(String, String), Vec<Observation>> = BTreeMap::new();
-    for m in merged {
+    let mut unattributed = Vec::new();
+    for m in traffic.edges {
         let edge = &m.edge;
         let subject = resolver.resolve(&edge.subject);
         let Some(owner) = subject_workload(&subject) else {
@@ -91,62 +204,40 @@ pub fn detect(
         let Some(policy) = monitored.get(&target_key(owner, edge.direction)) else {
             continue;
         };
-        let namespace = policy.metadata.namespace.clone().unwrap_or_default();
-        let name = policy.metadata.name.clone().unwrap_or_default();
+        let key = key_of(policy);
         let peer = resolver.resolve(&edge.peer);
         let view = eval::flow_view(edge, &subject, &peer);
-        match eval::evaluate(PolicyRef::from(&policy.spec), &namespace, &view) {
+        match eval::evaluate(PolicyRef::from(&policy.spec), &key.0, &view) {
             Ok(Decision::Denied { .. }) => {}
             Ok(_) => {
                 detected.allowed += 1;
                 continue;
             }
             Err(error) => {
-                detected.errors.insert((namespace, name), error.to_string());
+                detected.errors.insert(key, error.to_string());
                 continue;
             }
         }
-        let (local, remote) = (
-            endpoint_ref(&edge.subject, &subject),
-            endpoint_ref(&edge.peer, &peer),
-        );
-        let (source, destination) = match edge.direction {
-            Direction::Egress => (local, remote),
-            Direction::Ingress => (remote, local),
-        };
-        let observation = Observation {
-            source,
-            destination,
-            protocol: edge.protocol.as_str().to_owned(),
-            port: i32::from(edge.port),
-            direction: policy.spec.direction,
-            mode: Mode::Monitor,
-            count: i64::try_from(m.count).unwrap_or(i64::MAX),
-            first_seen: kube_time(m.first_seen),
-            last_seen: kube_time(m.last_seen),
-        };
-        let list = tuples.entry((namespace, name)).or_default();
-        match list.iter_mut().find(|o| {
-            (&o.source, &o.destination, &o.protocol, o.port)
-                == (
-                    &observation.source,
-                    &observation.destination,
-                    &observation.protocol,
-                    observation.port,
-                )
-        }) {
-            Some(o) => {
-                o.count = o.count.saturating_add(observation.count);
-                if observation.first_seen.0 < o.first_seen.0 {
-                    o.first_seen = observation.first_seen.clone();
-                }
-                if observation.last_seen.0 > o.last_seen.0 {
-                    o.last_seen = observation.last_seen.clone();
-                }
+        let o = observation(m, &subject, &peer, Mode::Monitor);
+        add(detected.observations.entry(key).or_default(), o);
+    }
+    for (edges, policies, mode) in [
+        (traffic.denials, &protected, Mode::Protect),
+        (traffic.audits, &monitored, Mode::Monitor),
+    ] {
+        for m in edges {
+            let edge = &m.edge;
+            let subject = resolver.resolve(&edge.subject);
+            let peer = resolver.resolve(&edge.peer);
+            let o = observation(m, &subject, &peer, mode);
+            let policy = subject_workload(&subject)
+                .and_then(|owner| policies.get(&target_key(owner, edge.direction)));
+            match policy {
+                Some(policy) => add(detected.observations.entry(key_of(policy)).or_default(), o),
+                None => add(&mut unattributed, o),
             }
-            None => list.push(observation),
         }
     }
-    detected.observations = tuples;
+    detected.unattributed = unattributed;
     detected
 }

@@ -1,13 +1,17 @@
-//! Violations (issue 6, in progress): the pure rules of a policy's violation record. The
-//! detection that produces observations and the writer that applies the status come next.
+//! Violations (ARCHITECTURE §4–§5): what the leader merged becomes observations of the
+//! policies it concerns, observations become each policy's violation record, and changes
+//! of the record become OpenTelemetry log events.
 //!
-//! - [`detect`]: monitor-mode observations from the merged edges, attributed by
-//!   `targetRef` + direction.
+//! - [`detect`]: observations from the merged edges (monitor checks), denials (protect)
+//!   and dry-run denials, attributed by `targetRef` + direction.
 //! - [`record`]: observations merged into `status.violations` (one record per source,
 //!   destination, protocol, port, direction and mode; ids monotonic and never reused; the
 //!   100 most recent kept) and acknowledgements moved to `status.acknowledgedViolations`.
+//! - [`events`]: the log events of new, changed and acknowledged records and of
+//!   unattributed traffic, and the memory that reports each change once.
 
 pub mod detect;
+pub mod events;
 pub mod record;
 
 #[cfg(test)]

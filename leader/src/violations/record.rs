@@ -16,6 +16,9 @@ use ne_crds::{
     PolicyDirection, ViolationRecord, WorkloadEndpointRef, WorkloadNetworkPolicyStatus,
 };
 
+/// The port of an observation whose report names none.
+pub const UNKNOWN_PORT: i32 = 0;
+
 /// Traffic of one tuple that a policy does not allow, as detected so far.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Observation {
@@ -23,6 +26,9 @@ pub struct Observation {
     pub destination: WorkloadEndpointRef,
     /// `TCP`, `UDP` or `SCTP`.
     pub protocol: String,
+    /// The server port, or [`UNKNOWN_PORT`] when the report does not say (ztunnel's dry-run
+    /// lines): such an observation joins a record of the same tuple on any port, and a
+    /// record made from it takes the port of the first report that has one.
     pub port: i32,
     pub direction: PolicyDirection,
     pub mode: Mode,
@@ -32,20 +38,34 @@ pub struct Observation {
     pub last_seen: Time,
 }
 
-/// What identifies a record.
-type Key<'a> = (
-    &'a WorkloadEndpointRef,
-    &'a WorkloadEndpointRef,
-    &'a str,
-    i32,
-    PolicyDirection,
-    Mode,
+/// One end of a record as it identifies the record: a workload by namespace, kind and
+/// name (its pod addresses and mesh identity are details that may differ between reports
+/// of the same traffic, e.g. a ztunnel dry-run line has no identity), anything else by
+/// its address.
+type Party<'a> = (
+    Option<&'a str>,
+    Option<&'a str>,
+    Option<&'a str>,
+    Option<&'a str>,
 );
+
+fn party(e: &WorkloadEndpointRef) -> Party<'_> {
+    let named = e.name.is_some();
+    (
+        e.namespace.as_deref(),
+        e.kind.as_deref(),
+        e.name.as_deref(),
+        if named { None } else { e.ip.as_deref() },
+    )
+}
+
+/// What identifies a record.
+type Key<'a> = (Party<'a>, Party<'a>, &'a str, i32, PolicyDirection, Mode);
 
 fn key_of(r: &ViolationRecord) -> Key<'_> {
     (
-        &r.source,
-        &r.destination,
+        party(&r.source),
+        party(&r.destination),
         r.protocol.as_str(),
         r.port,
         r.direction,
@@ -55,13 +75,19 @@ fn key_of(r: &ViolationRecord) -> Key<'_> {
 
 fn key_of_observation(o: &Observation) -> Key<'_> {
     (
-        &o.source,
-        &o.destination,
+        party(&o.source),
+        party(&o.destination),
         o.protocol.as_str(),
         o.port,
         o.direction,
         o.mode,
     )
+}
+
+/// The key without the port: a record whose port is not known yet ([`UNKNOWN_PORT`])
+/// matches any port of the same tuple, and the first known port is written into it.
+fn same_but_port(a: &Key<'_>, b: &Key<'_>) -> bool {
+    (a.0, a.1, a.2, a.4, a.5) == (b.0, b.1, b.2, b.4, b.5)
 }
 
 /// The result of [`merge`].
@@ -91,7 +117,28 @@ pub fn merge(status: &WorkloadNetworkPolicyStatus, observations: &[Observation])
     let mut updated = Vec::new();
     for o in observations {
         let key = key_of_observation(o);
-        if let Some(r) = next.violations.iter_mut().find(|r| key_of(r) == key) {
+        // The record of this tuple: the same port, else (one side's port unknown) the
+        // same tuple on any port.
+        let position = next
+            .violations
+            .iter()
+            .position(|r| key_of(r) == key)
+            .or_else(|| {
+                next.violations.iter().position(|r| {
+                    (r.port == UNKNOWN_PORT || o.port == UNKNOWN_PORT)
+                        && same_but_port(&key_of(r), &key)
+                })
+            });
+        if let Some(r) = position.map(|i| &mut next.violations[i]) {
+            if r.port == UNKNOWN_PORT && o.port != UNKNOWN_PORT {
+                // The port is known now: the record gets it (and the richer endpoints).
+                r.port = o.port;
+                r.source = o.source.clone();
+                r.destination = o.destination.clone();
+                if !updated.contains(&r.id) {
+                    updated.push(r.id);
+                }
+            }
             let count = r.count.max(o.count);
             let (first, last) = (
                 earlier(&r.first_seen, &o.first_seen),
@@ -110,7 +157,12 @@ pub fn merge(status: &WorkloadNetworkPolicyStatus, observations: &[Observation])
         let acknowledged = next
             .acknowledged_violations
             .iter()
-            .filter(|a| key_of(&a.violation) == key)
+            .filter(|a| {
+                let k = key_of(&a.violation);
+                k == key
+                    || ((a.violation.port == UNKNOWN_PORT || o.port == UNKNOWN_PORT)
+                        && same_but_port(&k, &key))
+            })
             .map(|a| &a.violation)
             .max_by_key(|v| v.last_seen.0);
         let count = match acknowledged {
@@ -143,6 +195,8 @@ pub fn merge(status: &WorkloadNetworkPolicyStatus, observations: &[Observation])
         .sort_by(|a, b| b.last_seen.0.cmp(&a.last_seen.0).then(b.id.cmp(&a.id)));
     next.violations.truncate(MAX_VIOLATION_RECORDS);
     new.retain(|id| next.violations.iter().any(|r| r.id == *id));
+    // One report per record: a record made by this merge is new, not also updated.
+    updated.retain(|id| !new.contains(id) && next.violations.iter().any(|r| r.id == *id));
     next.active_violation_count = next.violations.len() as i64;
     next.last_violation_time = next
         .violations
@@ -196,8 +250,8 @@ pub struct Acknowledged {
     /// Records moved to `acknowledgedViolations`, with their reasons (one log event each,
     /// once the status is written).
     pub moved: Vec<AcknowledgedViolation>,
-    /// Annotations that named no current record (never assigned, malformed, already
-    /// acknowledged or trimmed): a Warning Event each; they acknowledge nothing.
+    /// Annotations that named no record (never assigned, malformed, or trimmed): a Warning
+    /// Event each; they acknowledge nothing. An id acknowledged already is not one of them.
     pub unknown: Vec<String>,
     /// Every acknowledgement annotation seen: all are removed once the status is written.
     pub annotations: Vec<String>,
@@ -237,6 +291,13 @@ pub fn acknowledge(
                     acknowledged_at: Some(now.clone()),
                 });
             }
+            // Acknowledged already (the write before this one succeeded but the
+            // annotation's removal did not, or a user repeated it): nothing to do and
+            // nothing to warn about; the annotation is removed.
+            None if next
+                .acknowledged_violations
+                .iter()
+                .any(|a| a.violation.id == id) => {}
             None => unknown.push(key.clone()),
         }
     }

@@ -217,7 +217,15 @@ mod detection {
     use ne_shared::resolve::RecordOnly;
     use serde_json::json;
 
-    use crate::violations::detect::detect;
+    use crate::violations::detect::{Traffic, detect};
+    use crate::violations::record::merge;
+
+    fn forwarded(edges: &[MergedEdge]) -> Traffic<'_> {
+        Traffic {
+            edges,
+            ..Traffic::default()
+        }
+    }
 
     fn workload(name: &str) -> Endpoint {
         Endpoint::new(EndpointId::Workload(WorkloadRef {
@@ -309,7 +317,7 @@ mod detection {
     #[test]
     fn observations_land_on_the_policy_of_their_direction_even_with_a_shared_selector() {
         let found = detect(
-            &traffic(),
+            forwarded(&traffic()),
             &policies("monitor"),
             &RecordOnly,
             Backend::Kubernetes,
@@ -343,14 +351,14 @@ mod detection {
     #[test]
     fn only_monitor_policies_of_the_active_backend_are_checked() {
         let found = detect(
-            &traffic(),
+            forwarded(&traffic()),
             &policies("protect"),
             &RecordOnly,
             Backend::Kubernetes,
         );
         assert!(found.observations.is_empty() && found.allowed == 0);
         let found = detect(
-            &traffic(),
+            forwarded(&traffic()),
             &policies("monitor"),
             &RecordOnly,
             Backend::Istio,
@@ -367,7 +375,7 @@ mod detection {
         again.last_seen = Timestamp(30_000_000_000);
         edges.push(again);
         let found = detect(
-            &edges,
+            forwarded(&edges),
             &policies("monitor"),
             &RecordOnly,
             Backend::Kubernetes,
@@ -377,4 +385,151 @@ mod detection {
         assert_eq!(egress[0].count, 7);
         assert_eq!(egress[0].last_seen.0.as_second(), 30);
     }
+
+    #[test]
+    fn denials_land_on_the_protect_policy_of_their_direction_or_are_unattributed() {
+        let denials = vec![
+            // api's egress to cron, denied at api (the source): its egress policy.
+            edge("api", Direction::Egress, workload("cron"), 9000, 4),
+            // cron → api, denied at api: the ingress policy.
+            edge("api", Direction::Ingress, workload("cron"), 8080, 2),
+            // A workload without a policy: unattributed.
+            edge("web", Direction::Ingress, workload("cron"), 80, 1),
+        ];
+        let traffic = Traffic {
+            denials: &denials,
+            ..Traffic::default()
+        };
+        let found = detect(
+            traffic,
+            &policies("protect"),
+            &RecordOnly,
+            Backend::Kubernetes,
+        );
+        let egress = &found.observations[&("shop".to_owned(), "deployment-api-egress".to_owned())];
+        assert_eq!(egress.len(), 1);
+        assert_eq!(
+            (egress[0].port, egress[0].mode, egress[0].direction),
+            (9000, Mode::Protect, PolicyDirection::Egress)
+        );
+        assert_eq!(egress[0].destination.name.as_deref(), Some("cron"));
+        let ingress =
+            &found.observations[&("shop".to_owned(), "deployment-api-ingress".to_owned())];
+        assert_eq!(
+            (ingress.len(), ingress[0].port, ingress[0].count),
+            (1, 8080, 2)
+        );
+        assert_eq!(found.unattributed.len(), 1);
+        let u = &found.unattributed[0];
+        assert_eq!(
+            (u.destination.name.as_deref(), u.port, u.mode),
+            (Some("web"), 80, Mode::Protect)
+        );
+        // Denials never reach a monitor-mode policy: they are not its signal.
+        let found = detect(
+            traffic,
+            &policies("monitor"),
+            &RecordOnly,
+            Backend::Kubernetes,
+        );
+        assert!(found.observations.is_empty());
+        assert_eq!(found.unattributed.len(), 3);
+    }
+
+    #[test]
+    fn a_dry_run_denial_and_the_check_of_the_same_connection_make_one_record() {
+        // ztunnel's dry-run line names no port; the access line of the same connection
+        // arrives when it closes, and the check finds it outside the policy.
+        let audits = vec![edge("api", Direction::Ingress, workload("cron"), 0, 1)];
+        let policies = policies("monitor");
+        let found = detect(
+            Traffic {
+                audits: &audits,
+                ..Traffic::default()
+            },
+            &policies,
+            &RecordOnly,
+            Backend::Kubernetes,
+        );
+        let key = ("shop".to_owned(), "deployment-api-ingress".to_owned());
+        let early = &found.observations[&key];
+        assert_eq!(
+            (early.len(), early[0].port, early[0].mode),
+            (1, super::super::record::UNKNOWN_PORT, Mode::Monitor)
+        );
+        let first = merge(&Default::default(), early);
+        assert_eq!(first.new, [1], "visible before the connection closes");
+
+        let forwarded_edges = traffic();
+        let found = detect(
+            Traffic {
+                edges: &forwarded_edges,
+                audits: &audits,
+                ..Traffic::default()
+            },
+            &policies,
+            &RecordOnly,
+            Backend::Kubernetes,
+        );
+        let later = merge(&first.status, &found.observations[&key]);
+        assert!(
+            later.new.is_empty(),
+            "the same connection: no second record"
+        );
+        assert_eq!(later.updated, [1]);
+        let r = &later.status.violations[0];
+        assert_eq!(
+            (r.id, r.port, r.count, later.status.violations.len()),
+            (1, 8080, 2, 1),
+            "the record took the port of the access line"
+        );
+        // Both arriving in one round (either order) also make one record.
+        let mut both = found.observations[&key].clone();
+        both.reverse();
+        let once = merge(&Default::default(), &both);
+        assert_eq!((once.new.len(), once.status.violations[0].port), (1, 8080));
+    }
+
+    #[test]
+    fn a_dry_run_denial_of_an_unmonitored_workload_is_unattributed() {
+        let audits = vec![edge("web", Direction::Ingress, workload("cron"), 0, 1)];
+        let found = detect(
+            Traffic {
+                audits: &audits,
+                ..Traffic::default()
+            },
+            &policies("monitor"),
+            &RecordOnly,
+            Backend::Kubernetes,
+        );
+        assert!(found.observations.is_empty());
+        assert_eq!(
+            (found.unattributed.len(), found.unattributed[0].mode),
+            (1, Mode::Monitor)
+        );
+    }
+}
+
+#[test]
+fn an_id_acknowledged_already_is_removed_without_a_warning_or_a_second_move() {
+    let s = merge(&Default::default(), &[seen("web", 80, 3, 10, 20)]).status;
+    let acks = annotations(&[("1", "ok")]);
+    let once = acknowledge(&s, &acks, &time(30));
+    assert_eq!(once.moved.len(), 1);
+    // The status write succeeded, the annotation's removal did not: the next round sees
+    // the annotation again.
+    let again = acknowledge(&once.status, &acks, &time(31));
+    assert!(again.moved.is_empty() && again.unknown.is_empty());
+    assert_eq!(again.annotations.len(), 1, "removed all the same");
+    assert_eq!(again.status, once.status);
+}
+
+#[test]
+fn a_record_made_and_changed_in_one_merge_is_reported_as_new_only() {
+    let merged = merge(
+        &Default::default(),
+        &[seen("web", 80, 3, 10, 20), seen("web", 80, 5, 10, 30)],
+    );
+    assert_eq!((merged.new.as_slice(), merged.updated.len()), (&[1][..], 0));
+    assert_eq!(merged.status.violations[0].count, 5);
 }

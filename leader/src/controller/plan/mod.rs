@@ -25,8 +25,9 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use kube::Resource;
 use ne_crds::{
-    AuthorizationPolicy, Backend, PolicyDirection, TargetKind, WorkloadNetworkPolicy,
-    WorkloadNetworkPolicyProposal, WorkloadNetworkPolicyStatus,
+    AcknowledgedViolation, AuthorizationPolicy, Backend, PolicyDirection, TargetKind,
+    ViolationRecord, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
+    WorkloadNetworkPolicyStatus,
 };
 
 use crate::violations::record::Observation;
@@ -156,10 +157,21 @@ pub enum Action {
     },
     /// Server-side apply of a policy's violation fields (its own field manager), then removal
     /// of the acknowledgement annotations it consumed (only once the status is written).
+    ///
+    /// Once the status is written, the writer emits one `policy_violation_observed` log
+    /// event per record in `observed` and one `policy_violation_acknowledged` per entry of
+    /// `acknowledged`; a failed write emits nothing (the next round plans it again).
     ApplyViolations {
         key: ObjectKey,
+        /// The `resourceVersion` the status was computed from: the controller keeps what it
+        /// wrote until its cache has moved past this version.
+        resource_version: Option<String>,
         status: Box<WorkloadNetworkPolicyStatus>,
         remove_annotations: Vec<String>,
+        /// Records created or changed by this round's observations, as written.
+        observed: Vec<ViolationRecord>,
+        /// Records this round moved to `acknowledgedViolations`.
+        acknowledged: Vec<AcknowledgedViolation>,
     },
     ApplyNetworkPolicy(Box<NetworkPolicy>),
     DeleteNetworkPolicy(ObjectKey),

@@ -275,6 +275,7 @@ impl Case {
                     key,
                     status,
                     remove_annotations,
+                    ..
                 } => {
                     let w = self
                         .policies
@@ -998,6 +999,23 @@ fn observed(src: &str) -> crate::violations::record::Observation {
     }
 }
 
+/// The ids the writes of `plan` report as observed and as acknowledged.
+fn reported(plan: &Plan) -> (Vec<i64>, Vec<i64>) {
+    let mut ids = (Vec::new(), Vec::new());
+    for a in &plan.actions {
+        if let Action::ApplyViolations {
+            observed,
+            acknowledged,
+            ..
+        } = a
+        {
+            ids.0.extend(observed.iter().map(|r| r.id));
+            ids.1.extend(acknowledged.iter().map(|a| a.violation.id));
+        }
+    }
+    ids
+}
+
 fn violations_written(plan: &Plan) -> Vec<(&WorkloadNetworkPolicyStatus, &Vec<String>)> {
     plan.actions
         .iter()
@@ -1033,11 +1051,21 @@ fn observations_become_records_once_and_acknowledgements_are_taken() {
         (1, 1, 1)
     );
     assert!(removed.is_empty());
+    assert_eq!(reported(&plan), (vec![1], vec![]), "one observed event");
     case.apply(&plan);
     assert!(
         violations_written(&case.plan()).is_empty(),
         "the same observation again writes nothing"
     );
+    // More flows of the tuple: the record is updated and reported again, once.
+    let mut more = observed("cron");
+    more.count = 9;
+    case.observations.insert(key.clone(), vec![more.clone()]);
+    let plan = case.plan();
+    assert_eq!(reported(&plan), (vec![1], vec![]));
+    assert_eq!(violations_written(&plan)[0].0.violations[0].count, 9);
+    case.apply(&plan);
+    assert_eq!(reported(&case.plan()), (vec![], vec![]));
     // The conditions the native planner wrote are kept.
     assert!(
         case.policies[0]
@@ -1077,6 +1105,7 @@ fn observations_become_records_once_and_acknowledgements_are_taken() {
     );
     assert!(plan.actions.iter().any(|a| matches!(a,
         Action::Event(Event { warning: true, reason: "UnknownViolation", note, .. }) if note.contains("acknowledge-7"))));
+    assert_eq!(reported(&plan), (vec![], vec![1]), "one acknowledged event");
     case.apply(&plan);
     // The index still holds the same totals: acknowledged, nothing new, nothing written.
     assert_eq!(case.plan(), Plan::default());

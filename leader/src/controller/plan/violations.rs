@@ -1,6 +1,6 @@
 //! Each policy's violation record: this round's observations merged in and its
 //! acknowledgement annotations taken ([`crate::violations::record`]); one write per policy
-//! whose record changed, never one per flow.
+//! whose record changed, never one per flow, carrying the records its log events report.
 
 use ne_crds::WorkloadNetworkPolicyStatus;
 
@@ -59,10 +59,20 @@ pub(super) fn plan(world: &World<'_>, config: &Config, plan: &mut Plan) {
         if violation_fields(&done.status) != violation_fields(&status)
             || !done.annotations.is_empty()
         {
+            let observed = merged
+                .status
+                .violations
+                .iter()
+                .filter(|r| merged.new.contains(&r.id) || merged.updated.contains(&r.id))
+                .cloned()
+                .collect();
             plan.actions.push(Action::ApplyViolations {
                 key: ObjectKey::of(w),
+                resource_version: w.metadata.resource_version.clone(),
                 status: Box::new(done.status),
                 remove_annotations: done.annotations,
+                observed,
+                acknowledged: done.moved,
             });
         }
     }

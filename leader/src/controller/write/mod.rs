@@ -13,14 +13,20 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource};
-use ne_crds::{AuthorizationPolicy, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal};
+use ne_crds::{
+    AcknowledgedViolation, AuthorizationPolicy, Mode, ViolationRecord, WorkloadNetworkPolicy,
+    WorkloadNetworkPolicyProposal,
+};
+use ne_shared::edge::Provider;
+use ne_telemetry::logs::LogSender;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use super::metrics::{ControllerMetrics, ErrorLabels, WriteLabels};
+use super::metrics::{ControllerMetrics, ErrorLabels, EventLabel, ViolationLabels, WriteLabels};
 use super::plan::{Action, Event, ObjectKey, Plan};
 use crate::ingest::Leadership;
+use crate::violations::events::{self, Reported};
 
 /// The field manager of every write but the violation record's.
 pub const FIELD_MANAGER: &str = "network-enforcer";
@@ -79,6 +85,98 @@ pub struct Writer {
     told_order: VecDeque<String>,
     budget: Budget,
     metrics: Arc<ControllerMetrics>,
+    events: ViolationEvents,
+    written: Vec<WrittenViolations>,
+}
+
+/// A policy's violation fields as this writer last wrote them, and the version they were
+/// computed from: until the cache moves past that version, the controller plans from
+/// these (a lagging cache must neither re-assign ids nor report a record twice).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WrittenViolations {
+    pub key: ObjectKey,
+    pub resource_version: Option<String>,
+    pub status: ne_crds::WorkloadNetworkPolicyStatus,
+}
+
+/// Records reported, remembered per policy uid and record id.
+const REPORTED_MEMORY: usize = 100_000;
+
+/// Where violation log events go, and what was reported already.
+pub struct ViolationEvents {
+    provider: &'static str,
+    sender: LogSender,
+    observed: Reported<(String, i64)>,
+    acknowledged: Reported<(String, i64)>,
+}
+
+impl std::fmt::Debug for ViolationEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ViolationEvents")
+            .field("provider", &self.provider)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ViolationEvents {
+    pub fn new(provider: Provider, sender: LogSender) -> Self {
+        ViolationEvents {
+            provider: provider.as_str(),
+            sender,
+            observed: Reported::new(REPORTED_MEMORY),
+            acknowledged: Reported::new(REPORTED_MEMORY),
+        }
+    }
+
+    /// Reports what a successful status write of `key` carried: each record's growth once
+    /// (to the metrics and as an event), each acknowledgement once.
+    fn written(
+        &mut self,
+        key: &ObjectKey,
+        observed: &[ViolationRecord],
+        acknowledged: &[AcknowledgedViolation],
+        metrics: &ControllerMetrics,
+    ) {
+        let uid = key.uid.clone().unwrap_or_default();
+        let policy = Some((key.namespace.as_str(), key.name.as_str()));
+        for r in observed {
+            let id = (uid.clone(), r.id);
+            let before = self.observed.last(&id).unwrap_or(0);
+            if !self.observed.news(&id, r.count) {
+                continue;
+            }
+            metrics
+                .violations_observed
+                .get_or_create(&ViolationLabels {
+                    provider: self.provider,
+                    action: action(r.mode),
+                })
+                .inc_by(u64::try_from(r.count - before).unwrap_or(0));
+            self.emit(events::observed(self.provider, policy, r), metrics);
+        }
+        for a in acknowledged {
+            if self.acknowledged.news(&(uid.clone(), a.violation.id), 1) {
+                self.emit(events::acknowledged(self.provider, policy, a), metrics);
+            }
+        }
+    }
+
+    fn emit(&self, event: ne_telemetry::logs::LogEvent, metrics: &ControllerMetrics) {
+        let name = event.name;
+        if self.sender.emit(event) {
+            metrics
+                .violation_events
+                .get_or_create(&EventLabel { event: name })
+                .inc();
+        }
+    }
+}
+
+fn action(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Monitor => "monitor",
+        Mode::Protect => "protect",
+    }
 }
 
 impl std::fmt::Debug for Writer {
@@ -113,6 +211,7 @@ impl Writer {
         instance: &str,
         budget: Budget,
         metrics: Arc<ControllerMetrics>,
+        events: ViolationEvents,
     ) -> Self {
         let reporter = Reporter {
             controller: FIELD_MANAGER.to_owned(),
@@ -125,7 +224,14 @@ impl Writer {
             told_order: VecDeque::new(),
             budget,
             metrics,
+            events,
+            written: Vec::new(),
         }
+    }
+
+    /// The violation fields written since the last call.
+    pub fn take_written(&mut self) -> Vec<WrittenViolations> {
+        std::mem::take(&mut self.written)
     }
 
     /// Carries out `plan` in order while this replica leads.
@@ -224,11 +330,27 @@ impl Writer {
             }
             Action::ApplyViolations {
                 key,
+                resource_version,
                 status,
                 remove_annotations,
+                observed,
+                acknowledged,
             } => {
-                self.apply_violations(&key, &status, &remove_annotations)
-                    .await
+                let result = self
+                    .apply_violations(&key, &status, &remove_annotations)
+                    .await;
+                // The status is written even when only the annotations' removal failed:
+                // what it carried is reported now, and only now.
+                if !matches!(result, Err((_, "apply_violations", _))) {
+                    self.events
+                        .written(&key, &observed, &acknowledged, &self.metrics);
+                    self.written.push(WrittenViolations {
+                        key,
+                        resource_version,
+                        status: *status,
+                    });
+                }
+                result
             }
             Action::ApplyNetworkPolicy(np) => {
                 let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), ns(&*np));

@@ -106,7 +106,8 @@ async fn run(plan: Plan, steps: Vec<Step>, budget: Budget, leader: &Leading) -> 
         );
     });
     let client = Client::new(service, "default");
-    let mut writer = Writer::new(client, "leader-0", budget, Arc::default());
+    let events = ViolationEvents::new(Provider::Cilium, LogSender::disabled());
+    let mut writer = Writer::new(client, "leader-0", budget, Arc::default(), events);
     let outcome = writer.execute(plan, leader).await;
     drop(writer);
     server.await.unwrap();
@@ -435,8 +436,11 @@ async fn violations_are_applied_with_their_own_manager_then_the_annotations_remo
     let plan = Plan {
         actions: vec![Action::ApplyViolations {
             key: proposal_key(),
+            resource_version: Some("7".to_owned()),
             status: Box::new(status),
             remove_annotations: vec!["networkenforcer.kubewarden.io/acknowledge-1".to_owned()],
+            observed: Vec::new(),
+            acknowledged: Vec::new(),
         }],
         ..Plan::default()
     };
