@@ -18,7 +18,8 @@ mod cluster;
 use std::path::PathBuf;
 use std::process::Command;
 
-use cluster::hubble::{Hubble, Side, tcp_flow};
+use cluster::hubble::{Hubble, Side, denied_tcp_flow, tcp_flow};
+use cluster::otlp::{Collector, Received};
 use cluster::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -63,6 +64,7 @@ fn temp_dir(what: &str) -> PathBuf {
 async fn setup(
     provider: &str,
     what: &str,
+    leader_env: &[(&str, String)],
     agent_args: impl FnOnce(&PathBuf) -> Vec<String>,
 ) -> Setup {
     let client = Client::try_default()
@@ -91,7 +93,8 @@ async fn setup(
             "e2e-leader",
         ])
         .args(["--flush-interval", "1s", "--stable-after", "1h"])
-        .env("RUST_LOG", "info");
+        .env("RUST_LOG", "info")
+        .envs(leader_env.iter().map(|(k, v)| (k, v)));
     let leader = Process::spawn(&format!("leader-{what}"), leader);
     let mut agent = Command::new(binary("ne-agent"));
     agent
@@ -244,7 +247,7 @@ async fn the_seed_workflow_with_network_policies() {
     let hubble_dir = temp_dir("hubble");
     let socket = hubble_dir.join("hubble.sock");
     let hubble = Hubble::serve(&socket);
-    let s = setup("cilium", "cilium", |_| {
+    let s = setup("cilium", "cilium", &[], |_| {
         vec![
             "--source".into(),
             "hubble".into(),
@@ -329,6 +332,245 @@ async fn the_seed_workflow_with_network_policies() {
     let _ = std::fs::remove_dir_all(&s.dir);
 }
 
+/// The policy's violation state, once `done` says it is what the test waits for.
+async fn violations_when(
+    s: &Setup,
+    name: &str,
+    what: &str,
+    done: impl Fn(&ne_crds::WorkloadNetworkPolicyStatus) -> bool,
+) -> ne_crds::WorkloadNetworkPolicyStatus {
+    eventually(what, || async {
+        let status = s.policies().get(name).await.ok()?.status?;
+        done(&status).then_some(status)
+    })
+    .await
+}
+
+/// The first received event `event` whose attributes include every pair of `with`.
+async fn event_with(
+    collector: &Collector,
+    event: &str,
+    with: &[(&str, serde_json::Value)],
+) -> Received {
+    eventually(&format!("a {event} event with {with:?}"), || async {
+        collector
+            .events(event)
+            .into_iter()
+            .find(|e| with.iter().all(|(k, v)| e.attributes.get(*k) == Some(v)))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster (KUBECONFIG with rights to install CRDs and to create namespaces, workloads, pods and their status)"]
+async fn violations_in_monitor_and_protect_mode_with_network_policies() {
+    use ne_shared::otel_names as otel;
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (collector, endpoint) = Collector::serve().await;
+    let hubble_dir = temp_dir("hubble-violations");
+    let socket = hubble_dir.join("hubble.sock");
+    let hubble = Hubble::serve(&socket);
+    let env = [
+        ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", endpoint),
+        ("OTEL_BLRP_SCHEDULE_DELAY", "100".to_owned()),
+    ];
+    let s = setup("cilium", "violations", &env, |_| {
+        vec![
+            "--source".into(),
+            "hubble".into(),
+            "--hubble-address".into(),
+            format!("unix://{}", socket.display()),
+        ]
+    })
+    .await;
+    let ns = s.app.name.clone();
+    let (web_pod, api_pod) = (s.web_pod.clone(), s.api_pod.clone());
+    let web = Side {
+        namespace: &ns,
+        pod: &web_pod,
+        ip: WEB_IP,
+        app: "web",
+        deployment: Some("web"),
+    };
+    let api = Side {
+        namespace: &ns,
+        pod: &api_pod,
+        ip: API_IP,
+        app: "api",
+        deployment: None,
+    };
+    hubble.add_json(&tcp_flow(&web, &api, 8080));
+    let name = "deployment-api-ingress";
+    s.learned(name).await;
+    let policy = s.promote(name, "monitor").await;
+    s.ready(name, "Monitoring").await;
+
+    // Monitor: web → api:9090 is outside the policy (it allows 8080 only).
+    hubble.add_json(&tcp_flow(&web, &api, 9090));
+    let status = violations_when(&s, name, "one violation record", |st| {
+        st.violations.len() == 1 && st.active_violation_count == 1
+    })
+    .await;
+    let record = &status.violations[0];
+    assert_eq!(
+        (
+            record.id,
+            record.port,
+            record.protocol.as_str(),
+            record.mode,
+            record.direction
+        ),
+        (
+            1,
+            9090,
+            "TCP",
+            Mode::Monitor,
+            ne_crds::PolicyDirection::Ingress
+        )
+    );
+    assert_eq!(
+        (
+            record.source.namespace.as_deref(),
+            record.source.kind.as_deref(),
+            record.source.name.as_deref()
+        ),
+        (Some(ns.as_str()), Some("Deployment"), Some("web"))
+    );
+    assert_eq!(record.destination.name.as_deref(), Some("api"));
+    assert!(record.count >= 1 && status.violation_count >= 1);
+    assert!(status.last_violation_time.is_some());
+    let observed = event_with(
+        &collector,
+        otel::EVENT_VIOLATION_OBSERVED,
+        &[(otel::VIOLATION_ID, json!(1))],
+    )
+    .await;
+    assert_eq!(
+        (
+            observed.severity.as_str(),
+            observed.scope.as_str(),
+            observed.event_name.as_str()
+        ),
+        ("WARN", otel::LOG_SCOPE, otel::EVENT_VIOLATION_OBSERVED)
+    );
+    let want = [
+        (otel::ENFORCEMENT_PROVIDER, json!("cilium")),
+        (otel::ACTION, json!("monitor")),
+        (otel::SOURCE_WORKLOAD_NAME, json!("web")),
+        (otel::SOURCE_WORKLOAD_NAMESPACE, json!(ns)),
+        (otel::SOURCE_WORKLOAD_KIND, json!("Deployment")),
+        (otel::SOURCE_WORKLOAD_IDENTITY, json!("")),
+        (otel::DESTINATION_WORKLOAD_NAME, json!("api")),
+        (otel::DESTINATION_WORKLOAD_NAMESPACE, json!(ns)),
+        (otel::DESTINATION_WORKLOAD_KIND, json!("Deployment")),
+        (otel::DESTINATION_WORKLOAD_IDENTITY, json!("")),
+        (otel::NETWORK_TRANSPORT, json!("tcp")),
+        (otel::DESTINATION_PORT, json!(9090)),
+        (otel::POLICY_REF_NAMESPACE, json!(ns)),
+        (otel::POLICY_REF_NAME, json!(name)),
+        (otel::VIOLATION_ID, json!(1)),
+        (otel::NETWORK_DIRECTION, json!("ingress")),
+    ];
+    for (key, value) in &want {
+        assert_eq!(observed.attributes.get(*key), Some(value), "{key}");
+    }
+    assert_eq!(
+        observed.attributes.get(otel::EVENT_NAME_ATTRIBUTE),
+        Some(&json!(otel::EVENT_VIOLATION_OBSERVED))
+    );
+
+    // The seed's workflow: allow 9090, then acknowledge the record.
+    let mut rules = policy.spec.kubernetes.clone().unwrap().ingress.unwrap();
+    let mut widened = rules[0].clone();
+    widened.ports = Some(vec![k8s_openapi::api::networking::v1::NetworkPolicyPort {
+        port: Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(9090)),
+        protocol: Some("TCP".to_owned()),
+        ..Default::default()
+    }]);
+    rules.push(widened);
+    let patch = json!({"spec": {"kubernetes": {"ingress": rules}}});
+    s.policies()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let ack = format!("{}1", ne_crds::ACKNOWLEDGE_ANNOTATION_PREFIX);
+    let patch = json!({"metadata": {"annotations": {&ack: "web scrapes metrics on 9090"}}});
+    s.policies()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let status = violations_when(&s, name, "the record acknowledged", |st| {
+        st.active_violation_count == 0 && !st.acknowledged_violations.is_empty()
+    })
+    .await;
+    let acknowledged = &status.acknowledged_violations[0];
+    assert_eq!(acknowledged.violation.id, 1);
+    assert_eq!(
+        acknowledged.reason.as_deref(),
+        Some("web scrapes metrics on 9090")
+    );
+    eventually("the acknowledgement annotation removed", || async {
+        let w = s.policies().get(name).await.ok()?;
+        (!w.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(&ack))
+        .then_some(())
+    })
+    .await;
+    let event = event_with(
+        &collector,
+        otel::EVENT_VIOLATION_ACKNOWLEDGED,
+        &[(otel::VIOLATION_ID, json!(1))],
+    )
+    .await;
+    assert_eq!(
+        event.attributes.get(otel::REASON),
+        Some(&json!("web scrapes metrics on 9090"))
+    );
+    assert_eq!(event.severity, "INFO");
+
+    // Protect: the data plane denies web → api:7070; the denial is a protect record.
+    s.set_mode(name, "protect").await;
+    s.ready(name, "Enforced").await;
+    hubble.add_json(&denied_tcp_flow(&web, &api, 7070));
+    let status = violations_when(&s, name, "a protect record", |st| {
+        st.violations.iter().any(|r| r.mode == Mode::Protect)
+    })
+    .await;
+    let protect: Vec<_> = status
+        .violations
+        .iter()
+        .filter(|r| r.mode == Mode::Protect)
+        .collect();
+    assert_eq!(protect.len(), 1);
+    assert_eq!(
+        (protect[0].port, protect[0].source.name.as_deref()),
+        (7070, Some("web"))
+    );
+    assert!(protect[0].id > 1, "ids are never reused");
+    assert!(
+        status.violations.iter().all(|r| r.port != 9090),
+        "the widened rule allows 9090: no new record for it"
+    );
+    event_with(
+        &collector,
+        otel::EVENT_VIOLATION_OBSERVED,
+        &[
+            (otel::ACTION, json!("protect")),
+            (otel::DESTINATION_PORT, json!(7070)),
+        ],
+    )
+    .await;
+    assert_eq!(
+        collector.events(otel::EVENT_VIOLATION_ACKNOWLEDGED).len(),
+        1,
+        "acknowledged exactly once"
+    );
+    let _ = std::fs::remove_dir_all(&hubble_dir);
+    let _ = std::fs::remove_dir_all(&s.dir);
+}
+
 /// Istio's AuthorizationPolicy CRD, reduced (no schema): installed when the cluster has none,
 /// removed again afterwards.
 async fn authorization_policy_crd(client: &Client) -> Option<String> {
@@ -374,7 +616,7 @@ async fn the_seed_workflow_with_authorization_policies() {
     let client = Client::try_default().await.expect("KUBECONFIG");
     let installed = authorization_policy_crd(&client).await;
     let logs = temp_dir("ztunnel-logs");
-    let s = setup("istio", "istio", |_| {
+    let s = setup("istio", "istio", &[], |_| {
         vec![
             "--source".into(),
             "ztunnel".into(),
@@ -549,6 +791,144 @@ fn the_test_data_plane_teaches_what_the_cluster_tests_expect() {
             }
         }
     }
+}
+
+/// Without a cluster: the violation test's flows, resolved against the objects it creates
+/// and checked against the policy its promotion makes, are the records it waits for (a
+/// monitor record for 9090, a protect record for the denied 7070, nothing for 8080).
+#[test]
+fn the_test_data_plane_makes_the_violations_the_cluster_test_expects() {
+    use ne_leader::violations::detect::{Traffic, detect};
+    use ne_shared::allowlist::LearnOptions;
+    use ne_shared::decode::{Format, decode_lines};
+    use ne_shared::edge::{Provider, derive_denial};
+    use ne_shared::index::MergedEdge;
+    use ne_shared::resolve::{ClusterObjects, ClusterSnapshot};
+    use ne_shared::table::FlowTable;
+
+    let ns = "ne-e2e-app-1";
+    let mut objects = ClusterObjects::default();
+    let mut namespace = k8s_openapi::api::core::v1::Namespace::default();
+    namespace.metadata.name = Some(ns.to_owned());
+    objects.namespaces.push(namespace);
+    for (name, ip) in [("api", API_IP), ("web", WEB_IP)] {
+        let (d, rs, pod) = workload_objects(ns, name, name, ip);
+        objects.deployments.push(d);
+        objects.replicasets.push(rs);
+        objects.pods.push(pod);
+    }
+    let (snapshot, _) = ClusterSnapshot::from_objects(objects);
+    let (web_pod, api_pod) = (pod_name("web"), pod_name("api"));
+    let web = Side {
+        namespace: ns,
+        pod: &web_pod,
+        ip: WEB_IP,
+        app: "web",
+        deployment: Some("web"),
+    };
+    let api = Side {
+        namespace: ns,
+        pod: &api_pod,
+        ip: API_IP,
+        app: "api",
+        deployment: None,
+    };
+    // What the agent makes of Hubble JSON: learned edges and denials, apart.
+    let tables = |lines: &str| {
+        let (edges, denials) = (FlowTable::new(100), FlowTable::new(100));
+        decode_lines(Format::HubbleJson, lines.as_bytes(), |record| {
+            let _ = edges.record_flow(&record, Provider::Cilium);
+            if let Ok(edge) = derive_denial(&record) {
+                denials.record(&edge, record.time.unwrap_or_default(), 1);
+            }
+        });
+        let merged = |t: FlowTable| -> Vec<MergedEdge> {
+            t.snapshot()
+                .into_iter()
+                .map(|e| MergedEdge {
+                    edge: e.edge,
+                    count: e.count,
+                    first_seen: e.first_seen,
+                    last_seen: e.last_seen,
+                })
+                .collect()
+        };
+        (merged(edges), merged(denials))
+    };
+    let (learned, _) = tables(&tcp_flow(&web, &api, 8080));
+    let proposal = ne_leader::live::render_with(
+        &learned,
+        &snapshot,
+        Provider::Cilium,
+        &LearnOptions::default(),
+    )
+    .unwrap()
+    .into_iter()
+    .find(|p| p.metadata.name.as_deref() == Some("deployment-api-ingress"))
+    .unwrap();
+    let policy = |mode: Mode| {
+        let mut w = WorkloadNetworkPolicy::new(
+            "deployment-api-ingress",
+            ne_crds::WorkloadNetworkPolicySpec {
+                backend: proposal.spec.backend,
+                kubernetes: proposal.spec.kubernetes.clone(),
+                istio: None,
+                target_ref: proposal.spec.target_ref.clone(),
+                direction: proposal.spec.direction,
+                mode,
+            },
+        );
+        w.metadata.namespace = Some(ns.to_owned());
+        vec![w]
+    };
+    let key = (ns.to_owned(), "deployment-api-ingress".to_owned());
+
+    let (mut edges, _) = tables(&tcp_flow(&web, &api, 9090));
+    edges.extend(learned.iter().cloned());
+    let found = detect(
+        Traffic {
+            edges: &edges,
+            ..Traffic::default()
+        },
+        &policy(Mode::Monitor),
+        &snapshot,
+        ne_crds::Backend::Kubernetes,
+    );
+    let monitor = &found.observations[&key];
+    assert_eq!(monitor.len(), 1, "{monitor:?}");
+    assert_eq!(
+        (
+            monitor[0].port,
+            monitor[0].mode,
+            monitor[0].source.name.as_deref(),
+            monitor[0].source.kind.as_deref()
+        ),
+        (9090, Mode::Monitor, Some("web"), Some("Deployment"))
+    );
+    assert_eq!(monitor[0].destination.name.as_deref(), Some("api"));
+
+    let (forwarded, denials) = tables(&denied_tcp_flow(&web, &api, 7070));
+    assert!(forwarded.is_empty(), "a denial teaches nothing");
+    let found = detect(
+        Traffic {
+            denials: &denials,
+            ..Traffic::default()
+        },
+        &policy(Mode::Protect),
+        &snapshot,
+        ne_crds::Backend::Kubernetes,
+    );
+    let protect = &found.observations[&key];
+    assert_eq!(
+        (
+            protect.len(),
+            protect[0].port,
+            protect[0].mode,
+            protect[0].source.name.as_deref()
+        ),
+        (1, 7070, Mode::Protect, Some("web"))
+    );
+    assert!(found.unattributed.is_empty());
 }
 
 /// Without a cluster: the same data plane, agent and leader processes the cluster tests
