@@ -196,9 +196,11 @@ impl Plan {
 /// Plans one round.
 pub fn plan(world: &World<'_>, config: &Config) -> Plan {
     let mut plan = Plan::default();
+    // Violations first: the write budget must not hold back the records users watch
+    // (visible within seconds of the flow), whatever else a round has to write.
+    violations::plan(world, config, &mut plan);
     proposals::plan(world, config, &mut plan);
     native::plan(world, config, &mut plan);
-    violations::plan(world, config, &mut plan);
     plan
 }
 

@@ -1122,3 +1122,23 @@ fn policies_of_another_backend_get_no_violation_writes() {
     );
     assert!(violations_written(&case.plan()).is_empty());
 }
+
+#[test]
+fn violation_records_are_written_before_anything_else_of_the_round() {
+    let mut case = Case::new();
+    case.policies = vec![policy("deployment-api-ingress", "api", Mode::Monitor)];
+    case.settle();
+    // A round with a new proposal to write and a violation to record: the record goes
+    // first, so the write budget never holds it back behind proposals.
+    case.learned = vec![proposal("web", &[("cron", 80, 100, 200, 5)])];
+    case.observations.insert(
+        (NS.to_owned(), "deployment-api-ingress".to_owned()),
+        vec![observed("cron")],
+    );
+    let plan = case.plan();
+    assert!(plan.actions.len() > 1, "{plan:?}");
+    assert!(
+        matches!(plan.actions[0], Action::ApplyViolations { .. }),
+        "{plan:?}"
+    );
+}
