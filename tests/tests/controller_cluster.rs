@@ -571,6 +571,115 @@ async fn violations_in_monitor_and_protect_mode_with_network_policies() {
     let _ = std::fs::remove_dir_all(&s.dir);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster (KUBECONFIG with rights to install CRDs and to create namespaces, workloads, pods and their status)"]
+async fn violations_in_monitor_and_protect_mode_with_authorization_policies() {
+    use ne_shared::otel_names as otel;
+    let _one = ONE_AT_A_TIME.lock().await;
+    let client = Client::try_default().await.expect("KUBECONFIG");
+    let installed = authorization_policy_crd(&client).await;
+    let (collector, endpoint) = Collector::serve().await;
+    let logs = temp_dir("ztunnel-violations");
+    let env = [
+        ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", endpoint),
+        ("OTEL_BLRP_SCHEDULE_DELAY", "100".to_owned()),
+    ];
+    let s = setup("istio", "istio-violations", &env, |_| {
+        vec![
+            "--source".into(),
+            "ztunnel".into(),
+            "--ztunnel-log-root".into(),
+            logs.display().to_string(),
+        ]
+    })
+    .await;
+    let ns = s.app.name.clone();
+    let log = ZtunnelLog::write(&logs);
+    log.add(ztunnel_line(&ns, &s.web_pod, &s.api_pod, 8080));
+    let name = "deployment-api-ingress";
+    s.learned(name).await;
+    s.promote(name, "monitor").await;
+    s.ready(name, "Monitoring").await;
+
+    // Monitor: a connection to 9090, outside the policy. ztunnel reports it twice (the
+    // dry-run line when the policy is evaluated, the access line when it closes): one record.
+    log.add(ztunnel_dry_run_line(&ns, &s.api_pod));
+    log.add(ztunnel_line(&ns, &s.web_pod, &s.api_pod, 9090));
+    let status = violations_when(&s, name, "the record of 9090", |st| {
+        st.violations.iter().any(|r| r.port == 9090)
+    })
+    .await;
+    assert_eq!(
+        status.violations.len(),
+        1,
+        "the dry-run line and the check are one record: {:?}",
+        status.violations
+    );
+    let record = &status.violations[0];
+    assert_eq!(
+        (record.id, record.mode, record.source.name.as_deref()),
+        (1, Mode::Monitor, Some("web"))
+    );
+    assert_eq!(
+        record.source.identity.as_deref(),
+        Some(format!("cluster.local/ns/{ns}/sa/web").as_str())
+    );
+    let event = event_with(
+        &collector,
+        otel::EVENT_VIOLATION_OBSERVED,
+        &[(otel::DESTINATION_PORT, json!(9090))],
+    )
+    .await;
+    for (key, value) in [
+        (otel::ENFORCEMENT_PROVIDER, json!("istio")),
+        (otel::ACTION, json!("monitor")),
+        (otel::SOURCE_WORKLOAD_NAME, json!("web")),
+        (
+            otel::SOURCE_WORKLOAD_IDENTITY,
+            json!(format!("cluster.local/ns/{ns}/sa/web")),
+        ),
+        (otel::DESTINATION_WORKLOAD_NAME, json!("api")),
+        (otel::NETWORK_TRANSPORT, json!("tcp")),
+        (otel::POLICY_REF_NAME, json!(name)),
+        (otel::VIOLATION_ID, json!(1)),
+        (otel::NETWORK_DIRECTION, json!("ingress")),
+    ] {
+        assert_eq!(event.attributes.get(key), Some(&value), "{key}");
+    }
+
+    // Protect: ztunnel refuses web → api:7070 by policy.
+    s.set_mode(name, "protect").await;
+    s.ready(name, "Enforced").await;
+    log.add(ztunnel_denied_line(&ns, &s.web_pod, &s.api_pod, 7070));
+    let status = violations_when(&s, name, "a protect record", |st| {
+        st.violations.iter().any(|r| r.mode == Mode::Protect)
+    })
+    .await;
+    let protect = status
+        .violations
+        .iter()
+        .find(|r| r.mode == Mode::Protect)
+        .unwrap();
+    assert_eq!((protect.port, protect.id), (7070, 2));
+    event_with(
+        &collector,
+        otel::EVENT_VIOLATION_OBSERVED,
+        &[
+            (otel::ACTION, json!("protect")),
+            (otel::ENFORCEMENT_PROVIDER, json!("istio")),
+            (otel::DESTINATION_PORT, json!(7070)),
+        ],
+    )
+    .await;
+    drop(log);
+    drop(s);
+    if let Some(crd) = installed {
+        let api: Api<CustomResourceDefinition> = Api::all(client);
+        let _ = api.delete(&crd, &DeleteParams::default()).await;
+    }
+    let _ = std::fs::remove_dir_all(&logs);
+}
+
 /// Istio's AuthorizationPolicy CRD, reduced (no schema): installed when the cluster has none,
 /// removed again afterwards.
 async fn authorization_policy_crd(client: &Client) -> Option<String> {
@@ -599,14 +708,86 @@ async fn authorization_policy_crd(client: &Client) -> Option<String> {
 /// A CRI-framed ztunnel access log line: pod `web` → pod `api` on `port`, inbound at the
 /// destination.
 fn ztunnel_line(ns: &str, web: &str, api: &str, port: u16) -> String {
+    ztunnel_access(ns, web, api, port, "info", "")
+}
+
+/// The access line of a connection ztunnel refused by policy (protect mode).
+fn ztunnel_denied_line(ns: &str, web: &str, api: &str, port: u16) -> String {
+    ztunnel_access(
+        ns,
+        web,
+        api,
+        port,
+        "error",
+        " error=\"connection closed due to policy rejection: allow policies exist, but none allowed\"",
+    )
+}
+
+fn ztunnel_access(ns: &str, web: &str, api: &str, port: u16, level: &str, error: &str) -> String {
     let now = k8s_openapi::jiff::Timestamp::now();
     format!(
-        "{now} stdout F {now}\tinfo\taccess\tconnection complete\tsrc.addr={WEB_IP}:40000 \
+        "{now} stdout F {now}\t{level}\taccess\tconnection complete\tsrc.addr={WEB_IP}:40000 \
          src.workload=\"{web}\" src.namespace=\"{ns}\" src.identity=\"spiffe://cluster.local/ns/{ns}/sa/web\" \
          dst.addr={API_IP}:15008 dst.hbone_addr={API_IP}:{port} dst.service=\"api.{ns}.svc.cluster.local\" \
          dst.workload=\"{api}\" dst.namespace=\"{ns}\" dst.identity=\"spiffe://cluster.local/ns/{ns}/sa/api\" \
-         direction=\"inbound\" bytes_sent=10 bytes_recv=20 duration=\"5ms\"\n",
+         direction=\"inbound\" bytes_sent=10 bytes_recv=20 duration=\"5ms\"{error}\n",
     )
+}
+
+/// ztunnel's dry-run line (JSON form, CRI-framed) for a connection from `WEB_IP` to pod
+/// `api` that the dry-run AuthorizationPolicy would deny: it names no port.
+fn ztunnel_dry_run_line(ns: &str, api: &str) -> String {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let line = json!({
+        "level": "info", "time": now.to_string(), "scope": "ztunnel::state",
+        "message": "dry-run: no allow policies match",
+        "proxy": {"wl": format!("{ns}/{api}")},
+        "inbound": {"id": "4703222e84d01205aa1511f86681682f", "peer": format!("{WEB_IP}:40000")},
+    });
+    format!("{now} stdout F {line}\n")
+}
+
+/// A ztunnel pod's log under a test `--ztunnel-log-root`, written as traffic flows: every
+/// line added is written again every 300 ms (steady traffic), so the tailer sees each
+/// whenever it starts reading. Stops when dropped.
+struct ZtunnelLog {
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    writer: tokio::task::JoinHandle<()>,
+}
+
+impl ZtunnelLog {
+    fn write(root: &std::path::Path) -> Self {
+        let container = root.join("istio-system_ztunnel-e2e_uid-1/istio-proxy");
+        std::fs::create_dir_all(&container).unwrap();
+        let path = container.join("0.log");
+        let lines: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+        let shared = lines.clone();
+        let writer = tokio::spawn(async move {
+            use std::io::Write;
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .unwrap();
+            loop {
+                let batch = shared.lock().unwrap().concat();
+                file.write_all(batch.as_bytes()).unwrap();
+                // Traffic pacing, not synchronisation.
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            }
+        });
+        ZtunnelLog { lines, writer }
+    }
+
+    fn add(&self, line: String) {
+        self.lines.lock().unwrap().push(line);
+    }
+}
+
+impl Drop for ZtunnelLog {
+    fn drop(&mut self) {
+        self.writer.abort();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -625,24 +806,8 @@ async fn the_seed_workflow_with_authorization_policies() {
         ]
     })
     .await;
-    // The ztunnel pod's log, written as traffic flows (steady traffic: a line every 300 ms,
-    // so the tailer sees lines whenever it starts reading).
-    let container = logs.join("istio-system_ztunnel-e2e_uid-1/istio-proxy");
-    std::fs::create_dir_all(&container).unwrap();
-    let log = container.join("0.log");
-    let line = ztunnel_line(&s.app.name, &s.web_pod, &s.api_pod, 8080);
-    let writer = tokio::spawn(async move {
-        use std::io::Write;
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap();
-        loop {
-            file.write_all(line.as_bytes()).unwrap();
-            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        }
-    });
+    let log = ZtunnelLog::write(&logs);
+    log.add(ztunnel_line(&s.app.name, &s.web_pod, &s.api_pod, 8080));
 
     let name = "deployment-api-ingress";
     let proposal = s.learned(name).await;
@@ -695,7 +860,7 @@ async fn the_seed_workflow_with_authorization_policies() {
 
     s.delete_policy_and_relearn(name, &proposal).await;
     s.delete_workload(name).await;
-    writer.abort();
+    drop(log);
     drop(s);
     if let Some(crd) = installed {
         let api: Api<CustomResourceDefinition> = Api::all(client);
