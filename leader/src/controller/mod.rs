@@ -310,3 +310,76 @@ impl Unattributed {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::plan::ObjectKey;
+
+    fn policy(uid: &str, version: &str, last_id: i64) -> WorkloadNetworkPolicy {
+        let mut w: WorkloadNetworkPolicy = serde_json::from_value(serde_json::json!({
+            "apiVersion": "networkenforcer.kubewarden.io/v1alpha1",
+            "kind": "WorkloadNetworkPolicy",
+            "metadata": {"name": "p", "namespace": "shop", "uid": uid, "resourceVersion": version},
+            "spec": {"backend": "kubernetes", "direction": "Ingress",
+                     "targetRef": {"kind": "Deployment", "name": "api"},
+                     "kubernetes": {"podSelector": {}}},
+            "status": {"lastViolationId": last_id, "observedGeneration": 3,
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "Monitoring",
+                                       "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+        }))
+        .unwrap();
+        w.metadata.generation = Some(3);
+        w
+    }
+
+    fn written(
+        uid: &str,
+        version: &str,
+        last_id: i64,
+    ) -> HashMap<(String, String), WrittenViolations> {
+        HashMap::from([(
+            ("shop".to_owned(), "p".to_owned()),
+            WrittenViolations {
+                key: ObjectKey {
+                    namespace: "shop".to_owned(),
+                    name: "p".to_owned(),
+                    uid: Some(uid.to_owned()),
+                },
+                resource_version: Some(version.to_owned()),
+                status: ne_crds::WorkloadNetworkPolicyStatus {
+                    last_violation_id: last_id,
+                    ..Default::default()
+                },
+            },
+        )])
+    }
+
+    #[test]
+    fn a_lagging_cache_is_read_with_what_was_written_and_a_caught_up_one_as_it_is() {
+        // The cache still holds version 7, the one the write was computed from: the
+        // written violation fields stand in, the conditions stay the cache's.
+        let mut policies = vec![policy("uid-1", "7", 1)];
+        let mut mine = written("uid-1", "7", 2);
+        overlay(&mut policies, &mut mine);
+        let status = policies[0].status.as_ref().unwrap();
+        assert_eq!(status.last_violation_id, 2);
+        assert_eq!(status.conditions.len(), 1);
+        assert_eq!(status.observed_generation, Some(3));
+        assert_eq!(mine.len(), 1, "kept until the cache moves on");
+
+        // The cache moved past version 7: it is the truth again, the write is forgotten.
+        let mut policies = vec![policy("uid-1", "8", 2)];
+        overlay(&mut policies, &mut mine);
+        assert_eq!(policies[0].status.as_ref().unwrap().last_violation_id, 2);
+        assert!(mine.is_empty());
+
+        // A policy deleted and created again under the same name (another uid): its own
+        // status counts, never what was written for the old one.
+        let mut policies = vec![policy("uid-2", "7", 0)];
+        let mut mine = written("uid-1", "7", 5);
+        overlay(&mut policies, &mut mine);
+        assert_eq!(policies[0].status.as_ref().unwrap().last_violation_id, 0);
+        assert!(mine.is_empty());
+    }
+}
