@@ -96,7 +96,7 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         .collect();
     let otlp = match otlp::OtlpConfig::from_env(|k| std::env::var(k).ok(), "ne-leader", &pod)? {
         Some(config) => {
-            tracing::info!(endpoint = %config.endpoint, interval = ?config.interval, "exporting metrics over OTLP");
+            tracing::info!(endpoint = %config.export.endpoint, interval = ?config.interval, "exporting metrics over OTLP");
             Some(tokio::spawn(otlp::run(config, exposition.clone())))
         }
         None => None,
