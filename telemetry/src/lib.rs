@@ -5,6 +5,7 @@
 //! Instruments live with the code they measure; this crate only carries them out.
 
 pub mod http;
+pub mod logs;
 pub mod otlp;
 pub mod tls;
 
