@@ -18,7 +18,6 @@ pub mod config;
 pub(crate) mod transport;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,11 +58,11 @@ impl Signal for Metrics {
     type Request = ExportMetricsServiceRequest;
     type Response = ExportMetricsServiceResponse;
 
-    fn grpc(
+    async fn grpc(
         channel: Channel,
         request: tonic::Request<Self::Request>,
-    ) -> impl Future<Output = Result<tonic::Response<Self::Response>, tonic::Status>> + Send {
-        async move { MetricsServiceClient::new(channel).export(request).await }
+    ) -> Result<tonic::Response<Self::Response>, tonic::Status> {
+        MetricsServiceClient::new(channel).export(request).await
     }
 }
 

@@ -56,7 +56,7 @@ pub(crate) enum Transport {
         metadata: MetadataMap,
     },
     Http {
-        client: HttpClient,
+        client: Box<HttpClient>,
         uri: Uri,
         headers: HeaderMap,
         timeout: Duration,
@@ -120,7 +120,7 @@ impl Transport {
                     headers.insert(HeaderName::try_from(k)?, HeaderValue::try_from(v)?);
                 }
                 Transport::Http {
-                    client: Client::builder(TokioExecutor::new()).build(connector),
+                    client: Box::new(Client::builder(TokioExecutor::new()).build(connector)),
                     uri: config.endpoint.parse().with_context(invalid)?,
                     headers,
                     timeout: config.timeout,
