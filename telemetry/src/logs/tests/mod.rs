@@ -191,45 +191,51 @@ fn assert_delivered(request: &ExportLogsServiceRequest, emitted: (SystemTime, Sy
     let [warn, info] = records(request) else {
         panic!("two records: {request:?}")
     };
-    let (from, to) = (unix_nanos(emitted.0), unix_nanos(emitted.1));
-    assert_eq!(warn.time_unix_nano, 1_700_000_000_000_000_123);
-    assert!((from..=to).contains(&warn.observed_time_unix_nano));
-    assert_eq!(
-        (warn.severity_number, warn.severity_text.as_str()),
-        (13, "WARN")
-    );
-    assert_eq!(
-        warn.body.as_ref().unwrap().value,
-        Some(Any::StringValue("policy_violation_observed".to_owned()))
-    );
-    assert_eq!(warn.event_name, "policy_violation_observed");
-    assert_eq!(
-        warn.attributes,
-        [
+    let emitted = unix_nanos(emitted.0)..=unix_nanos(emitted.1);
+    let expected_warn = Expected {
+        name: "policy_violation_observed",
+        severity: (13, "WARN"),
+        time: 1_700_000_000_000_000_123,
+        attributes: vec![
             kv("event.name", "policy_violation_observed"),
             kv("enforcement.provider", "cilium"),
             int("destination.port", 8080),
             int("seq", 7),
-        ]
-    );
-    assert_eq!(info.time_unix_nano, 1_700_000_000_000_000_456);
-    assert!((from..=to).contains(&info.observed_time_unix_nano));
-    assert_eq!(
-        (info.severity_number, info.severity_text.as_str()),
-        (9, "INFO")
-    );
-    assert_eq!(
-        info.body.as_ref().unwrap().value,
-        Some(Any::StringValue("policy_violation_acknowledged".to_owned()))
-    );
-    assert_eq!(info.event_name, "policy_violation_acknowledged");
-    assert_eq!(
-        info.attributes,
-        [
+        ],
+    };
+    expected_warn.check(warn, &emitted);
+    let expected_info = Expected {
+        name: "policy_violation_acknowledged",
+        severity: (9, "INFO"),
+        time: 1_700_000_000_000_000_456,
+        attributes: vec![
             kv("event.name", "policy_violation_acknowledged"),
             kv("reason", "expected: backup job"),
-        ]
-    );
+        ],
+    };
+    expected_info.check(info, &emitted);
+}
+
+/// What one received record must hold.
+struct Expected {
+    name: &'static str,
+    severity: (i32, &'static str),
+    time: u64,
+    attributes: Vec<KeyValue>,
+}
+
+impl Expected {
+    fn check(&self, r: &LogRecord, emitted: &std::ops::RangeInclusive<u64>) {
+        assert_eq!(r.time_unix_nano, self.time);
+        assert!(emitted.contains(&r.observed_time_unix_nano));
+        assert_eq!((r.severity_number, r.severity_text.as_str()), self.severity);
+        assert_eq!(
+            r.body.as_ref().unwrap().value,
+            Some(Any::StringValue(self.name.to_owned()))
+        );
+        assert_eq!(r.event_name, self.name);
+        assert_eq!(r.attributes, self.attributes);
+    }
 }
 
 /// The variables every delivery test sets besides the endpoint.
