@@ -111,6 +111,19 @@ fn config(vars: &[(&str, &str)]) -> LogsConfig {
     c
 }
 
+/// An exporter to the plaintext receiver at `addr` (gRPC unless `vars` say otherwise).
+fn exporter(
+    addr: SocketAddr,
+    vars: &[(&str, &str)],
+) -> (LogSender, JoinHandle<()>, Arc<LogMetrics>) {
+    let endpoint = format!("http://{addr}");
+    let mut vars = vars.to_vec();
+    vars.push(("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint));
+    let metrics = Arc::new(LogMetrics::default());
+    let (sender, task) = start(config(&vars), "network-enforcer", metrics.clone());
+    (sender, task, metrics)
+}
+
 /// 2023-11-14T22:13:20Z plus `nanos`.
 fn at(nanos: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_nanos(nanos)
@@ -409,15 +422,12 @@ async fn mtls_without_a_client_certificate_is_refused_and_counted() {
 #[tokio::test]
 async fn batches_hold_at_most_the_batch_size_and_every_event_once() {
     let mut receiver = grpc_receiver(None, &[]).await;
-    let endpoint = format!("http://{}", receiver.addr);
-    let (sender, _task) = start(
-        config(&[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+    let (sender, _task, metrics) = exporter(
+        receiver.addr,
+        &[
             ("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", "3"),
             ("OTEL_BLRP_SCHEDULE_DELAY", "3600000"),
-        ]),
-        "network-enforcer",
-        Arc::new(LogMetrics::default()),
+        ],
     );
     for seq in 0..10 {
         assert!(sender.emit(observed(seq)));
@@ -431,6 +441,7 @@ async fn batches_hold_at_most_the_batch_size_and_every_event_once() {
     }
     assert_eq!(sizes, [3, 3, 3, 1]);
     assert_eq!(seen, (0..10).collect::<Vec<_>>());
+    assert_counters(&metrics, &[("exported", 10), ("success", 4)]);
 }
 
 #[tokio::test]
@@ -475,16 +486,12 @@ async fn a_full_batch_or_the_schedule_delay_sends_without_a_flush() {
 #[tokio::test]
 async fn a_full_queue_drops_and_counts() {
     let mut receiver = grpc_receiver(None, &[]).await;
-    let endpoint = format!("http://{}", receiver.addr);
-    let metrics = Arc::new(LogMetrics::default());
-    let (sender, _task) = start(
-        config(&[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+    let (sender, _task, metrics) = exporter(
+        receiver.addr,
+        &[
             ("OTEL_BLRP_MAX_QUEUE_SIZE", "4"),
             ("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", "4"),
-        ]),
-        "network-enforcer",
-        metrics.clone(),
+        ],
     );
     // The export task has not run yet (one thread, no await): the queue only fills.
     let accepted: Vec<bool> = (0..6).map(|seq| sender.emit(observed(seq))).collect();
@@ -515,13 +522,7 @@ async fn busy_collectors_are_retried_and_get_the_batch_once() {
         ],
     )
     .await;
-    let endpoint = format!("http://{}", grpc.addr);
-    let metrics = Arc::new(LogMetrics::default());
-    let (sender, _task) = start(
-        config(&[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)]),
-        "network-enforcer",
-        metrics.clone(),
-    );
+    let (sender, _task, metrics) = exporter(grpc.addr, &[]);
     sender.emit(observed(1));
     sender.flush().await;
     for _ in 0..3 {
@@ -544,15 +545,9 @@ async fn busy_collectors_are_retried_and_get_the_batch_once() {
         StatusCode::BAD_GATEWAY,
     ];
     let mut http = http_receiver(None, &busy).await;
-    let endpoint = format!("http://{}", http.addr);
-    let metrics = Arc::new(LogMetrics::default());
-    let (sender, _task) = start(
-        config(&[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
-        ]),
-        "network-enforcer",
-        metrics.clone(),
+    let (sender, _task, metrics) = exporter(
+        http.addr,
+        &[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")],
     );
     sender.emit(observed(2));
     sender.flush().await;
@@ -638,13 +633,7 @@ async fn failures_that_last_or_cannot_pass_are_dropped_and_counted() {
 #[tokio::test]
 async fn records_the_collector_rejects_are_counted_as_dropped() {
     let receiver = grpc_receiver(None, &[Answer::Reject(1)]).await;
-    let endpoint = format!("http://{}", receiver.addr);
-    let metrics = Arc::new(LogMetrics::default());
-    let (sender, _task) = start(
-        config(&[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)]),
-        "network-enforcer",
-        metrics.clone(),
-    );
+    let (sender, _task, metrics) = exporter(receiver.addr, &[]);
     sender.emit(observed(1));
     sender.emit(observed(2));
     sender.flush().await;
@@ -657,33 +646,21 @@ async fn records_the_collector_rejects_are_counted_as_dropped() {
 #[tokio::test]
 async fn dropping_every_sender_exports_what_is_queued_then_ends() {
     let mut receiver = grpc_receiver(None, &[]).await;
-    let endpoint = format!("http://{}", receiver.addr);
-    let (sender, task) = start(
-        config(&[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_BLRP_SCHEDULE_DELAY", "3600000"),
-        ]),
-        "network-enforcer",
-        Arc::new(LogMetrics::default()),
-    );
+    let (sender, task, metrics) =
+        exporter(receiver.addr, &[("OTEL_BLRP_SCHEDULE_DELAY", "3600000")]);
     let clone = sender.clone();
     sender.emit(observed(1));
     clone.emit(observed(2));
     drop((sender, clone));
     task.await.unwrap();
     assert_eq!(seqs(&receiver.requests.try_recv().unwrap().1), [1, 2]);
+    assert_counters(&metrics, &[("exported", 2), ("success", 1)]);
 }
 
 #[tokio::test]
 async fn events_after_the_task_ended_are_counted() {
     let receiver = grpc_receiver(None, &[]).await;
-    let endpoint = format!("http://{}", receiver.addr);
-    let metrics = Arc::new(LogMetrics::default());
-    let (sender, task) = start(
-        config(&[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)]),
-        "network-enforcer",
-        metrics.clone(),
-    );
+    let (sender, task, metrics) = exporter(receiver.addr, &[]);
     task.abort();
     assert!(task.await.unwrap_err().is_cancelled());
     assert!(!sender.emit(observed(1)));
