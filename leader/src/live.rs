@@ -105,7 +105,7 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         .flatten()
     {
         Some(config) => {
-            tracing::info!(endpoint = %config.endpoint, interval = ?config.interval, "exporting metrics over OTLP");
+            tracing::info!(endpoint = %config.export.endpoint, interval = ?config.interval, "exporting metrics over OTLP");
             Some(tokio::spawn(otlp::run(config, exposition.clone())))
         }
         None => None,

@@ -68,7 +68,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .collect();
     let otlp = match otlp::OtlpConfig::from_env(|k| std::env::var(k).ok(), "ne-agent", &node)? {
         Some(config) => {
-            tracing::info!(endpoint = %config.endpoint, interval = ?config.interval, "exporting metrics over OTLP");
+            tracing::info!(endpoint = %config.export.endpoint, interval = ?config.interval, "exporting metrics over OTLP");
             Some(tokio::spawn(otlp::run(config, metrics.clone())))
         }
         None => None,

@@ -1,6 +1,7 @@
-//! OTLP/gRPC export of a binary's metrics, configured by the standard OpenTelemetry
-//! environment variables: off unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or
-//! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`) is set.
+//! OTLP export of a binary's metrics, configured by the standard OpenTelemetry environment
+//! variables ([`config`]): off unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+//! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`) is set; over gRPC, or HTTP/protobuf to
+//! `/v1/metrics` ([`transport`]).
 //!
 //! The instruments are defined once, with the code they measure; this module reads the same
 //! exposition `/metrics` serves ([`Exposition`]) and turns it into an
@@ -8,44 +9,68 @@
 //! cumulative monotonic sums, gauges gauges, and histograms cumulative explicit-bucket
 //! histograms.
 //!
-//! Supported variables: `OTEL_SDK_DISABLED`, `OTEL_EXPORTER_OTLP_(METRICS_)ENDPOINT`,
-//! `OTEL_EXPORTER_OTLP_(METRICS_)PROTOCOL` (`grpc` only), `OTEL_METRIC_EXPORT_INTERVAL`
-//! (ms, default 60000), `OTEL_EXPORTER_OTLP_CERTIFICATE`,
-//! `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`, `OTEL_EXPORTER_OTLP_CLIENT_KEY`,
-//! `OTEL_SERVICE_NAME` (default: the binary's name), `OTEL_RESOURCE_ATTRIBUTES`.
+//! Supported variables: those of [`ExportConfig`] (endpoint, protocol, headers, timeout,
+//! certificates, `OTEL_METRICS_EXPORTER`, `OTEL_SDK_DISABLED`, `OTEL_SERVICE_NAME` — default:
+//! the binary's name — and `OTEL_RESOURCE_ATTRIBUTES`), and `OTEL_METRIC_EXPORT_INTERVAL`
+//! (ms, default 60000).
+
+pub mod config;
+pub(crate) mod transport;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint,
     ResourceMetrics, ScopeMetrics, Sum, metric, number_data_point,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
+use self::config::Env;
+pub use self::config::{ExportConfig, Protocol};
+use self::transport::{Signal, Transport};
 use crate::http::Exposition;
-use crate::tls::TlsFiles;
+
+/// Nanoseconds since the Unix epoch of `time` (0 before it).
+pub(crate) fn unix_nanos(time: std::time::SystemTime) -> u64 {
+    time.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
 
 /// Nanoseconds since the Unix epoch, now.
 fn now_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+    i64::try_from(unix_nanos(std::time::SystemTime::now())).unwrap_or(i64::MAX)
+}
+
+/// The metrics signal.
+pub(crate) struct Metrics;
+
+impl Signal for Metrics {
+    const NAME: &'static str = "METRICS";
+    const HTTP_PATH: &'static str = "/v1/metrics";
+    type Request = ExportMetricsServiceRequest;
+    type Response = ExportMetricsServiceResponse;
+
+    async fn grpc(
+        channel: Channel,
+        request: tonic::Request<Self::Request>,
+    ) -> Result<tonic::Response<Self::Response>, tonic::Status> {
+        MetricsServiceClient::new(channel).export(request).await
+    }
 }
 
 /// Where and how often to export.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OtlpConfig {
-    pub endpoint: String,
+    pub export: ExportConfig,
     pub interval: Duration,
-    pub tls: TlsFiles,
-    pub resource: Vec<(String, String)>,
 }
 
 impl OtlpConfig {
@@ -58,95 +83,59 @@ impl OtlpConfig {
         service: &str,
         attributes: &[(&str, &str)],
     ) -> anyhow::Result<Option<Self>> {
-        let var = |k: &str| env(k).filter(|v| !v.trim().is_empty());
-        if var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
-            return Ok(None);
-        }
-        let Some(endpoint) = var("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
-            .or_else(|| var("OTEL_EXPORTER_OTLP_ENDPOINT"))
-        else {
+        let env = Env(env);
+        let Some(export) = ExportConfig::from_env::<Metrics>(&env, service, attributes)? else {
             return Ok(None);
         };
-        let protocol = var("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
-            .or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL"));
-        if let Some(p) = protocol.filter(|p| p != "grpc") {
-            bail!(
-                "OTEL_EXPORTER_OTLP_PROTOCOL={p} is not supported: metrics are exported over OTLP/gRPC only"
-            );
-        }
-        let interval = match var("OTEL_METRIC_EXPORT_INTERVAL") {
-            Some(ms) => Duration::from_millis(ms.parse().with_context(|| {
-                format!("OTEL_METRIC_EXPORT_INTERVAL={ms} is not a number of milliseconds")
-            })?),
-            None => Duration::from_secs(60),
-        };
-        let tls = TlsFiles {
-            ca: var("OTEL_EXPORTER_OTLP_CERTIFICATE").map(Into::into),
-            cert: var("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE").map(Into::into),
-            key: var("OTEL_EXPORTER_OTLP_CLIENT_KEY").map(Into::into),
-            server_name: None,
-        };
-        if endpoint.starts_with("https://") && !tls.enabled() {
-            bail!(
-                "{endpoint} is https: set OTEL_EXPORTER_OTLP_CERTIFICATE to the CA that signed the collector's certificate"
-            );
-        }
-        let mut resource = vec![(
-            "service.name".to_owned(),
-            var("OTEL_SERVICE_NAME").unwrap_or_else(|| service.to_owned()),
-        )];
-        for (k, v) in attributes {
-            resource.push(((*k).to_owned(), (*v).to_owned()));
-        }
-        for pair in var("OTEL_RESOURCE_ATTRIBUTES")
-            .iter()
-            .flat_map(|v| v.split(','))
-        {
-            if let Some((k, v)) = pair.split_once('=') {
-                resource.push((k.trim().to_owned(), v.trim().to_owned()));
-            }
-        }
         Ok(Some(OtlpConfig {
-            endpoint,
-            interval,
-            tls,
-            resource,
+            export,
+            interval: env.millis("OTEL_METRIC_EXPORT_INTERVAL", 60_000)?,
         }))
-    }
-
-    /// A lazily connecting channel to the collector.
-    pub fn channel(&self) -> anyhow::Result<Channel> {
-        let mut endpoint = Endpoint::from_shared(self.endpoint.clone())
-            .with_context(|| format!("invalid OTLP endpoint {}", self.endpoint))?
-            .timeout(Duration::from_secs(10));
-        if self.tls.enabled() {
-            let host = endpoint.uri().host().unwrap_or_default().to_owned();
-            endpoint = endpoint.tls_config(self.tls.load(&host)?)?;
-        }
-        Ok(endpoint.connect_lazy())
     }
 }
 
 /// Exports every `interval` until the task is dropped. Failures are logged and retried at
-/// the next interval; they never affect the process.
+/// the next interval (the sums are cumulative, so nothing is lost); they never affect the
+/// process.
 pub async fn run(config: OtlpConfig, metrics: Arc<dyn Exposition>) {
-    let channel = match config.channel() {
-        Ok(c) => c,
+    let transport = match Transport::new(&config.export) {
+        Ok(t) => t,
         Err(error) => {
             tracing::error!(error = format!("{error:#}"), "OTLP export disabled");
             return;
         }
     };
-    let mut client = MetricsServiceClient::new(channel);
     let start = now_nanos();
     let mut ticker = tokio::time::interval(config.interval);
     ticker.tick().await;
     loop {
         ticker.tick().await;
-        let request = to_request(&metrics.encode(), &config.resource, start, now_nanos());
-        if let Err(status) = client.export(request).await {
-            tracing::warn!(error = %status, endpoint = %config.endpoint, "OTLP metrics export failed");
+        let request = to_request(
+            &metrics.encode(),
+            &config.export.resource,
+            start,
+            now_nanos(),
+        );
+        if let Err(error) = transport.export::<Metrics>(request).await {
+            tracing::warn!(error = %error.message, endpoint = %config.export.endpoint, "OTLP metrics export failed");
         }
+    }
+}
+
+/// The resource of every export: string attributes, in order.
+pub(crate) fn resource(attributes: &[(String, String)]) -> Resource {
+    Resource {
+        attributes: attributes.iter().map(|(k, v)| kv(k, v)).collect(),
+        ..Default::default()
+    }
+}
+
+/// The instrumentation scope `name`, at this crate's version.
+pub(crate) fn scope(name: &str) -> InstrumentationScope {
+    InstrumentationScope {
+        name: name.to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        ..Default::default()
     }
 }
 
@@ -210,16 +199,9 @@ pub fn to_request(
         .collect();
     ExportMetricsServiceRequest {
         resource_metrics: vec![ResourceMetrics {
-            resource: Some(Resource {
-                attributes: resource.iter().map(|(k, v)| kv(k, v)).collect(),
-                ..Default::default()
-            }),
+            resource: Some(self::resource(resource)),
             scope_metrics: vec![ScopeMetrics {
-                scope: Some(InstrumentationScope {
-                    name: "network-enforcer".to_owned(),
-                    version: env!("CARGO_PKG_VERSION").to_owned(),
-                    ..Default::default()
-                }),
+                scope: Some(scope("network-enforcer")),
                 metrics,
                 schema_url: String::new(),
             }],

@@ -1,5 +1,3 @@
-use std::collections::HashMap;
-
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
     MetricsService, MetricsServiceServer,
@@ -14,14 +12,7 @@ use prometheus_client::registry::Unit;
 
 use super::*;
 use crate::http::prometheus_text;
-
-fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-    let map: HashMap<String, String> = vars
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    move |k| map.get(k).cloned()
-}
+use crate::test_support::{env, http_receiver};
 
 #[test]
 fn configured_only_by_the_standard_variables() {
@@ -55,10 +46,11 @@ fn configured_only_by_the_standard_variables() {
     )
     .unwrap()
     .unwrap();
-    assert_eq!(c.endpoint, "http://collector:4317");
+    assert_eq!(c.export.endpoint, "http://collector:4317");
+    assert_eq!(c.export.protocol, Protocol::Grpc);
     assert_eq!(c.interval, Duration::from_secs(15));
     assert_eq!(
-        c.resource,
+        c.export.resource,
         [
             ("service.name", "ne-agent"),
             ("k8s.node.name", "worker-1"),
@@ -74,8 +66,20 @@ fn configured_only_by_the_standard_variables() {
         ]),
         "ne-agent",
         &[],
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(http.export.endpoint, "http://c:4318/v1/metrics");
+    assert_eq!(http.export.protocol, Protocol::HttpProtobuf);
+    let off = OtlpConfig::from_env(
+        env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"),
+            ("OTEL_METRICS_EXPORTER", "none"),
+        ]),
+        "ne-agent",
+        &[],
     );
-    assert!(http.unwrap_err().to_string().contains("gRPC only"));
+    assert_eq!(off.unwrap(), None);
     let https = OtlpConfig::from_env(
         env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4317")]),
         "ne-agent",
@@ -95,7 +99,10 @@ fn configured_only_by_the_standard_variables() {
         "ne-agent",
         &[],
     );
-    assert!(bad.is_err());
+    assert!(
+        format!("{:#}", bad.unwrap_err()).contains("OTEL_METRIC_EXPORT_INTERVAL=1m"),
+        "the error names the variable"
+    );
 }
 
 /// Instruments of every kind, as a binary defines them.
@@ -262,4 +269,35 @@ async fn exports_to_a_real_receiver() {
     assert_sample_request(&req);
     exporter.abort();
     server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exports_over_http_protobuf_to_a_real_receiver() {
+    let mut receiver = http_receiver(None, &[]).await;
+    let config = OtlpConfig::from_env(
+        env(&[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                &format!("http://{}", receiver.addr),
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "x-tenant=net"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "10"),
+        ]),
+        "ne-agent",
+        &[],
+    )
+    .unwrap()
+    .unwrap();
+    let exporter = tokio::spawn(run(config, Arc::new(sample_metrics())));
+    let req = receiver.requests.recv().await.expect("an export arrives");
+    exporter.abort();
+    assert_eq!(
+        (req.method.as_str(), req.path.as_str()),
+        ("POST", "/v1/metrics")
+    );
+    assert_eq!(req.headers["content-type"], "application/x-protobuf");
+    assert_eq!(req.headers["x-tenant"], "net");
+    let decoded = <ExportMetricsServiceRequest as prost::Message>::decode(req.body).unwrap();
+    assert_sample_request(&decoded);
 }
