@@ -116,7 +116,7 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         .flatten()
     {
         Some(config) => {
-            tracing::info!(endpoint = %config.endpoint, "exporting violation log events over OTLP");
+            tracing::info!(endpoint = %config.export.endpoint, "exporting violation log events over OTLP");
             let (sender, task) = logs::start(
                 config,
                 ne_shared::otel_names::LOG_SCOPE,

@@ -9,5 +9,8 @@ pub mod logs;
 pub mod otlp;
 pub mod tls;
 
+#[cfg(feature = "testing")]
+pub mod testing;
+
 #[cfg(test)]
 mod test_support;

@@ -19,7 +19,6 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use cluster::hubble::{Hubble, Side, denied_tcp_flow, tcp_flow};
-use cluster::otlp::{Collector, Received};
 use cluster::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -30,6 +29,7 @@ use ne_crds::{
     AuthorizationPolicy, ISTIO_DRY_RUN_ANNOTATION, Mode, PROMOTE_LABEL, PROMOTED_FROM_LABEL,
     WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
 };
+use ne_telemetry::testing::{Collector, Received};
 use serde_json::json;
 
 /// One leader at a time: each manages policies cluster-wide.

@@ -299,7 +299,8 @@ impl Unattributed {
             metrics
                 .violations_unattributed
                 .inc_by(u64::try_from(o.count - before).unwrap_or(0));
-            if self.sender.emit(events::unattributed(self.provider, o)) {
+            if self.sender.is_enabled() && self.sender.emit(events::unattributed(self.provider, o))
+            {
                 metrics
                     .violation_events
                     .get_or_create(&metrics::EventLabel {

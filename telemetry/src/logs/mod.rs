@@ -228,6 +228,11 @@ impl LogSender {
         LogSender { inner: None }
     }
 
+    /// Whether events go to an exporter (not [`LogSender::disabled`]).
+    pub fn is_enabled(&self) -> bool {
+        self.inner.is_some()
+    }
+
     /// Queues `event` for export without blocking. `false` when it was dropped (queue full,
     /// or the export task has ended) and counted; a disabled sender always says `true`.
     pub fn emit(&self, event: LogEvent) -> bool {

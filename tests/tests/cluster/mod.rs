@@ -7,7 +7,6 @@
 #![allow(dead_code)] // each test binary uses part of it
 
 pub mod hubble;
-pub mod otlp;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -163,7 +163,7 @@ impl ViolationEvents {
 
     fn emit(&self, event: ne_telemetry::logs::LogEvent, metrics: &ControllerMetrics) {
         let name = event.name;
-        if self.sender.emit(event) {
+        if self.sender.is_enabled() && self.sender.emit(event) {
             metrics
                 .violation_events
                 .get_or_create(&EventLabel { event: name })

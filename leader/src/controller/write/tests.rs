@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::controller::plan::{Action, Event, ObjectKey, Plan};
+use ne_telemetry::testing::Collector;
 
 struct Leading(AtomicBool);
 
@@ -70,6 +71,19 @@ fn status(code: u16, reason: &str) -> Value {
 
 /// Runs `plan` against a server that expects exactly `steps`; returns the outcome.
 async fn run(plan: Plan, steps: Vec<Step>, budget: Budget, leader: &Leading) -> Outcome {
+    let events = ViolationEvents::new(Provider::Cilium, LogSender::disabled());
+    run_with(vec![plan], steps, budget, leader, events, Arc::default()).await[0]
+}
+
+/// Runs `plans` in turn with one writer against a server that expects exactly `steps`.
+async fn run_with(
+    plans: Vec<Plan>,
+    steps: Vec<Step>,
+    budget: Budget,
+    leader: &Leading,
+    events: ViolationEvents,
+    metrics: Arc<ControllerMetrics>,
+) -> Vec<Outcome> {
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let server = tokio::spawn(async move {
         for (i, step) in steps.into_iter().enumerate() {
@@ -106,12 +120,14 @@ async fn run(plan: Plan, steps: Vec<Step>, budget: Budget, leader: &Leading) -> 
         );
     });
     let client = Client::new(service, "default");
-    let events = ViolationEvents::new(Provider::Cilium, LogSender::disabled());
-    let mut writer = Writer::new(client, "leader-0", budget, Arc::default(), events);
-    let outcome = writer.execute(plan, leader).await;
+    let mut writer = Writer::new(client, "leader-0", budget, metrics, events);
+    let mut outcomes = Vec::new();
+    for plan in plans {
+        outcomes.push(writer.execute(plan, leader).await);
+    }
     drop(writer);
     server.await.unwrap();
-    outcome
+    outcomes
 }
 
 fn plenty() -> Budget {
@@ -484,4 +500,214 @@ async fn violations_are_applied_with_their_own_manager_then_the_annotations_remo
             failed: 0
         }
     );
+}
+
+/// A violation record of `shop/api` as the planner hands it to the writer.
+fn record(id: i64, count: i64, mode: Mode, identity: Option<&str>) -> ne_crds::ViolationRecord {
+    let t = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap(),
+    );
+    let endpoint = |name: &str| ne_crds::WorkloadEndpointRef {
+        namespace: Some("shop".to_owned()),
+        kind: Some("Deployment".to_owned()),
+        name: Some(name.to_owned()),
+        identity: identity.map(|sa| format!("cluster.local/ns/shop/sa/{sa}-{name}")),
+        ip: None,
+    };
+    ne_crds::ViolationRecord {
+        id,
+        first_seen: t.clone(),
+        last_seen: t,
+        count,
+        source: endpoint("web"),
+        destination: endpoint("api"),
+        protocol: "TCP".to_owned(),
+        port: 9090,
+        direction: PolicyDirection::Ingress,
+        mode,
+    }
+}
+
+fn violations(
+    observed: Vec<ne_crds::ViolationRecord>,
+    acknowledged: Vec<ne_crds::AcknowledgedViolation>,
+) -> Plan {
+    Plan {
+        actions: vec![Action::ApplyViolations {
+            key: proposal_key(),
+            resource_version: Some("6".to_owned()),
+            status: Box::default(),
+            remove_annotations: Vec::new(),
+            observed,
+            acknowledged,
+        }],
+        ..Plan::default()
+    }
+}
+
+fn status_write(code: u16) -> Step {
+    step(
+        "PATCH",
+        format!(
+            "{WNP}/deployment-api-ingress/status?&force=true&fieldManager=network-enforcer-violations"
+        ),
+        |_| {},
+        code,
+        move |_| {
+            if code == 200 {
+                echo(&serde_json::to_value(policy(Mode::Monitor)).unwrap())
+            } else {
+                status(code, "InternalError")
+            }
+        },
+    )
+}
+
+/// A real exporter to a real in-process collector.
+async fn exporter(provider: Provider) -> (ViolationEvents, LogSender, Collector) {
+    let (collector, endpoint) = Collector::serve().await;
+    let env = |k: &str| match k {
+        "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT" => Some(endpoint.clone()),
+        _ => None,
+    };
+    let config = ne_telemetry::logs::LogsConfig::from_env(env, "ne-leader", &[])
+        .unwrap()
+        .unwrap();
+    let (sender, _task) =
+        ne_telemetry::logs::start(config, ne_shared::otel_names::LOG_SCOPE, Arc::default());
+    (
+        ViolationEvents::new(provider, sender.clone()),
+        sender,
+        collector,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_provider_reports_a_record_once_per_change_with_the_same_attributes() {
+    use ne_shared::otel_names as otel;
+    for provider in [Provider::Cilium, Provider::Calico, Provider::Istio] {
+        let (events, sender, collector) = exporter(provider).await;
+        let metrics = Arc::new(ControllerMetrics::default());
+        let identity = (provider == Provider::Istio).then_some("sa");
+        let plans = vec![
+            violations(vec![record(1, 3, Mode::Monitor, identity)], vec![]),
+            // The same record again (a lagging cache replanned it): nothing new to report.
+            violations(vec![record(1, 3, Mode::Monitor, identity)], vec![]),
+            // More flows: reported again, with the new count.
+            violations(vec![record(1, 5, Mode::Monitor, identity)], vec![]),
+            violations(vec![record(2, 1, Mode::Protect, identity)], vec![]),
+        ];
+        let steps = (0..4).map(|_| status_write(200)).collect();
+        let outcomes = run_with(plans, steps, plenty(), &leading(), events, metrics.clone()).await;
+        assert!(outcomes.iter().all(|o| o.written == 1));
+        sender.flush().await;
+        let observed = collector.events(otel::EVENT_VIOLATION_OBSERVED);
+        let seen: Vec<(i64, i64)> = observed
+            .iter()
+            .map(|e| {
+                (
+                    e.attributes[otel::VIOLATION_ID].as_i64().unwrap(),
+                    e.attributes[otel::VIOLATION_COUNT].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(seen, [(1, 3), (1, 5), (2, 1)], "{provider:?}");
+        let e = &observed[0];
+        assert_eq!(
+            (e.severity.as_str(), e.scope.as_str(), e.event_name.as_str()),
+            ("WARN", otel::LOG_SCOPE, otel::EVENT_VIOLATION_OBSERVED)
+        );
+        let id = |name: &str| {
+            identity.map_or(String::new(), |_| {
+                format!("cluster.local/ns/shop/sa/sa-{name}")
+            })
+        };
+        let want = json!({
+            otel::EVENT_NAME_ATTRIBUTE: otel::EVENT_VIOLATION_OBSERVED,
+            otel::ENFORCEMENT_PROVIDER: provider.as_str(),
+            otel::ACTION: "monitor",
+            otel::SOURCE_WORKLOAD_NAME: "web",
+            otel::SOURCE_WORKLOAD_NAMESPACE: "shop",
+            otel::SOURCE_WORKLOAD_KIND: "Deployment",
+            otel::SOURCE_WORKLOAD_IDENTITY: id("web"),
+            otel::DESTINATION_WORKLOAD_NAME: "api",
+            otel::DESTINATION_WORKLOAD_NAMESPACE: "shop",
+            otel::DESTINATION_WORKLOAD_KIND: "Deployment",
+            otel::DESTINATION_WORKLOAD_IDENTITY: id("api"),
+            otel::NETWORK_TRANSPORT: "tcp",
+            otel::DESTINATION_PORT: 9090,
+            otel::POLICY_REF_NAMESPACE: "shop",
+            otel::POLICY_REF_NAME: "deployment-api-ingress",
+            otel::VIOLATION_ID: 1,
+            otel::NETWORK_DIRECTION: "ingress",
+            otel::VIOLATION_COUNT: 3,
+        });
+        assert_eq!(Value::Object(e.attributes.clone()), want, "{provider:?}");
+        for key in otel::VIOLATION_ATTRIBUTES {
+            assert!(e.attributes.contains_key(key), "{key}");
+        }
+        assert_eq!(
+            observed[2].attributes[otel::ACTION],
+            json!("protect"),
+            "{provider:?}"
+        );
+        let flows = |action: &'static str| {
+            metrics
+                .violations_observed
+                .get_or_create(&ViolationLabels {
+                    provider: provider.as_str(),
+                    action,
+                })
+                .get()
+        };
+        assert_eq!((flows("monitor"), flows("protect")), (5, 1), "{provider:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledgement_is_reported_once_after_its_status_write_succeeds() {
+    use ne_shared::otel_names as otel;
+    let (events, sender, collector) = exporter(Provider::Cilium).await;
+    let acknowledged = ne_crds::AcknowledgedViolation {
+        violation: record(1, 3, Mode::Monitor, None),
+        reason: Some("expected".to_owned()),
+        acknowledged_at: record(1, 3, Mode::Monitor, None).last_seen.into(),
+    };
+    let plan = || violations(vec![], vec![acknowledged.clone()]);
+    // The write fails: nothing is reported.
+    let failed = run_with(
+        vec![plan()],
+        vec![status_write(500)],
+        plenty(),
+        &leading(),
+        events,
+        Arc::default(),
+    )
+    .await;
+    assert_eq!(failed[0].failed, 1);
+    sender.flush().await;
+    assert!(collector.all().is_empty(), "{:?}", collector.all());
+    // The retry succeeds: reported once. The same planned again (the cache had not caught
+    // up): not again.
+    let events = ViolationEvents::new(Provider::Cilium, sender.clone());
+    let outcomes = run_with(
+        vec![plan(), plan()],
+        vec![status_write(200), status_write(200)],
+        plenty(),
+        &leading(),
+        events,
+        Arc::default(),
+    )
+    .await;
+    assert!(outcomes.iter().all(|o| o.written == 1));
+    sender.flush().await;
+    let events = collector.all();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let e = &events[0];
+    assert_eq!(
+        (e.body.as_str(), e.severity.as_str()),
+        (otel::EVENT_VIOLATION_ACKNOWLEDGED, "INFO")
+    );
+    assert_eq!(e.attributes[otel::REASON], json!("expected"));
+    assert_eq!(e.attributes[otel::VIOLATION_ID], json!(1));
 }

@@ -1,5 +1,5 @@
-//! A real OTLP/gRPC logs receiver for the end-to-end tests: the collector the leader's
-//! violation events go to, in process (`opentelemetry-proto`'s tonic server).
+//! A real OTLP/gRPC logs receiver for other crates' tests (feature `testing`): the collector
+//! the leader's violation events go to, in process (`opentelemetry-proto`'s tonic server).
 
 use std::sync::{Arc, Mutex};
 
@@ -24,7 +24,7 @@ pub struct Received {
 }
 
 /// The receiver and what it received so far.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Collector {
     received: Arc<Mutex<Vec<Received>>>,
 }
@@ -87,6 +87,11 @@ impl Collector {
                 .unwrap();
         });
         (collector, endpoint)
+    }
+
+    /// Every record received, in arrival order.
+    pub fn all(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
     }
 
     /// The records received with event name `name`, in arrival order.
