@@ -668,10 +668,31 @@ fn exporters_follow_the_collector_strategy() {
                 assert_eq!(
                     env_value(container, "OTEL_EXPORTER_OTLP_PROTOCOL").as_deref(),
                     Some("grpc"),
-                    "the agent exports OTLP over gRPC only"
+                    "gRPC unless asked otherwise"
                 );
             }
         }
+    }
+    // HTTP/protobuf to an external collector: both binaries get the protocol, and their own
+    // parser of the variables accepts what the chart renders.
+    let http = case("cilium-external-http");
+    for container in component_containers(&http) {
+        let env = |k: &str| env_value(container, k);
+        assert_eq!(
+            env("OTEL_EXPORTER_OTLP_PROTOCOL").as_deref(),
+            Some("http/protobuf")
+        );
+        let config = ne_telemetry::otlp::OtlpConfig::from_env(env, "ne", &[])
+            .unwrap()
+            .expect("metrics exported");
+        assert_eq!(
+            config.export.endpoint,
+            "http://otel.example:4318/v1/metrics"
+        );
+        let logs = ne_telemetry::logs::LogsConfig::from_env(env, "ne", &[])
+            .unwrap()
+            .expect("logs exported");
+        assert_eq!(logs.export.endpoint, "http://otel.example:4318/v1/logs");
     }
     // TLS: the CA (and the client pair, when asked) come from the mounted Secret; an https
     // endpoint without a CA is refused by the schema (external-https-without-ca).

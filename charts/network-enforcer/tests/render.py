@@ -85,6 +85,13 @@ CASES.update(
                 },
             },
         },
+        "cilium-external-http": {
+            "provider": "cilium",
+            "telemetry": {
+                "collector": "external",
+                "external": {"endpoint": "http://otel.example:4318", "protocol": "http/protobuf"},
+            },
+        },
         "cilium-default-tls": {
             "provider": "cilium",
             "telemetry": {"collector": "default", "defaultCollector": {"tls": {"existingSecret": "otel-tls"}}},
@@ -114,8 +121,14 @@ REJECTED = {
         {"provider": "cilium", "telemetry": {"collector": "external", "external": {"endpoint": "https://otel.example:4317"}}},
         "existingSecret",
     ),
-    "external-http-protocol": (
-        {"provider": "istio", "telemetry": dict(EXTERNAL, external={"endpoint": "https://o:4318", "protocol": "http/protobuf"})},
+    "external-http-json-protocol": (
+        {
+            "provider": "istio",
+            "telemetry": dict(
+                EXTERNAL,
+                external={"endpoint": "https://o:4318", "protocol": "http/json", "tls": {"existingSecret": "otel-ca"}},
+            ),
+        },
         "protocol",
     ),
     "unknown-collector-strategy": ({"provider": "calico", "telemetry": {"collector": "jaeger"}}, "collector"),
