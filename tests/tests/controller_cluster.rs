@@ -869,17 +869,10 @@ async fn the_seed_workflow_with_authorization_policies() {
     let _ = std::fs::remove_dir_all(&logs);
 }
 
-/// Without a cluster: the test data plane's records, resolved against the very objects the
-/// cluster tests create, teach the proposals those tests wait for.
-#[test]
-fn the_test_data_plane_teaches_what_the_cluster_tests_expect() {
-    use ne_shared::allowlist::LearnOptions;
-    use ne_shared::decode::{Format, decode_lines};
-    use ne_shared::edge::Provider;
+/// The objects the cluster tests create in namespace `ns` (Deployments `api` and `web`, their
+/// ReplicaSets and Pods), as the leader's resolver sees them.
+fn e2e_cluster(ns: &str) -> ne_shared::resolve::ClusterSnapshot {
     use ne_shared::resolve::{ClusterObjects, ClusterSnapshot};
-    use ne_shared::table::FlowTable;
-
-    let ns = "ne-e2e-app-1";
     let mut objects = ClusterObjects::default();
     let mut namespace = k8s_openapi::api::core::v1::Namespace::default();
     namespace.metadata.name = Some(ns.to_owned());
@@ -892,6 +885,20 @@ fn the_test_data_plane_teaches_what_the_cluster_tests_expect() {
     }
     let (snapshot, skipped) = ClusterSnapshot::from_objects(objects);
     assert_eq!(skipped, 0);
+    snapshot
+}
+
+/// Without a cluster: the test data plane's records, resolved against the very objects the
+/// cluster tests create, teach the proposals those tests wait for.
+#[test]
+fn the_test_data_plane_teaches_what_the_cluster_tests_expect() {
+    use ne_shared::allowlist::LearnOptions;
+    use ne_shared::decode::{Format, decode_lines};
+    use ne_shared::edge::Provider;
+    use ne_shared::table::FlowTable;
+
+    let ns = "ne-e2e-app-1";
+    let snapshot = e2e_cluster(ns);
     let (web_pod, api_pod) = (pod_name("web"), pod_name("api"));
     let side = |pod, ip, app, deployment| Side {
         namespace: ns,
@@ -968,21 +975,10 @@ fn the_test_data_plane_makes_the_violations_the_cluster_test_expects() {
     use ne_shared::decode::{Format, decode_lines};
     use ne_shared::edge::{Provider, derive_denial};
     use ne_shared::index::MergedEdge;
-    use ne_shared::resolve::{ClusterObjects, ClusterSnapshot};
     use ne_shared::table::FlowTable;
 
     let ns = "ne-e2e-app-1";
-    let mut objects = ClusterObjects::default();
-    let mut namespace = k8s_openapi::api::core::v1::Namespace::default();
-    namespace.metadata.name = Some(ns.to_owned());
-    objects.namespaces.push(namespace);
-    for (name, ip) in [("api", API_IP), ("web", WEB_IP)] {
-        let (d, rs, pod) = workload_objects(ns, name, name, ip);
-        objects.deployments.push(d);
-        objects.replicasets.push(rs);
-        objects.pods.push(pod);
-    }
-    let (snapshot, _) = ClusterSnapshot::from_objects(objects);
+    let snapshot = e2e_cluster(ns);
     let (web_pod, api_pod) = (pod_name("web"), pod_name("api"));
     let web = Side {
         namespace: ns,
