@@ -4,6 +4,10 @@
 //! and one `FlowTable::record` — no allocation for a known edge, no lock held across
 //! anything but a map shard, no log line. ztunnel lines skip the decoded record
 //! altogether ([`FlowSink::record_ztunnel`]): the table reads the edge from the line.
+//!
+//! Denials never reach the learned table: policy denials go to a denials table
+//! ([`FlowSink::with_denials`]) and audit / dry-run denials to an audits table
+//! ([`FlowSink::with_audits`]), both bounded; the shipper sends all three to the leader.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -11,7 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use ne_shared::decode::ztunnel::ZtunnelRecorded;
 use ne_shared::decode::{DecodeError, Decoded, SkipReason};
 use ne_shared::edge::{EdgeSkip, Provider};
-use ne_shared::flow::{FlowRecord, Timestamp};
+use ne_shared::flow::{FlowRecord, Timestamp, Verdict};
 use ne_shared::table::{FlowTable, RecordOutcome};
 use prometheus_client::metrics::counter::Counter;
 
@@ -23,6 +27,8 @@ pub struct FlowSink {
     table: Arc<FlowTable>,
     /// Policy denials, kept apart from learning as protect-mode observations.
     denials: Option<Arc<FlowTable>>,
+    /// Audit / dry-run denials, kept apart from learning as monitor-mode observations.
+    audits: Option<Arc<FlowTable>>,
     metrics: Arc<AgentMetrics>,
     provider: Provider,
     received: Counter,
@@ -43,6 +49,7 @@ impl FlowSink {
         FlowSink {
             table,
             denials: None,
+            audits: None,
             metrics,
             provider,
             received,
@@ -59,6 +66,19 @@ impl FlowSink {
     /// The denials kept, if any.
     pub fn denials(&self) -> Option<&FlowTable> {
         self.denials.as_deref()
+    }
+
+    /// Also keeps audit / dry-run denials (Hubble `AUDIT`, ztunnel `dry-run:` deny lines;
+    /// edges of what would have been denied, port 0 when the line names none) in
+    /// `audits`, for the violations pipeline.
+    pub fn with_audits(mut self, audits: Arc<FlowTable>) -> Self {
+        self.audits = Some(audits);
+        self
+    }
+
+    /// The audit denials kept, if any.
+    pub fn audits(&self) -> Option<&FlowTable> {
+        self.audits.as_deref()
     }
 
     /// The agent's metrics.
@@ -95,17 +115,42 @@ impl FlowSink {
         }
     }
 
-    /// Records one flow.
+    /// Records one flow: a forwarded one in the table, a denial in its own table (it
+    /// still counts as a flow that taught no edge).
     pub fn record(&self, flow: &FlowRecord) {
         self.received(flow.time);
-        if let Some(denials) = &self.denials
-            && let Ok(edge) = ne_shared::edge::derive_denial(flow)
-            && denials.record(&edge, flow.time.unwrap_or_default(), flow.connections)
-                == RecordOutcome::Dropped
-        {
-            self.metrics.dropped(DropReason::denials_full);
+        match flow.verdict {
+            Verdict::PolicyDenied => Self::observe(
+                self.denials.as_deref(),
+                ne_shared::edge::derive_denial(flow),
+                flow,
+                || self.metrics.dropped(DropReason::denials_full),
+            ),
+            Verdict::AuditDenied => Self::observe(
+                self.audits.as_deref(),
+                ne_shared::edge::derive_audit(flow),
+                flow,
+                || self.metrics.dropped(DropReason::audits_full),
+            ),
+            Verdict::Forwarded | Verdict::Dropped | Verdict::Error => {}
         }
         self.outcome(self.table.record_flow(flow, self.provider));
+    }
+
+    /// Records a denial's edge in `table`, if kept; `full` counts one the table dropped.
+    fn observe(
+        table: Option<&FlowTable>,
+        edge: Result<ne_shared::edge::Edge, EdgeSkip>,
+        flow: &FlowRecord,
+        full: impl FnOnce(),
+    ) {
+        if let Some(table) = table
+            && let Ok(edge) = edge
+            && table.record(&edge, flow.time.unwrap_or_default(), flow.connections)
+                == RecordOutcome::Dropped
+        {
+            full();
+        }
     }
 
     /// Accounts for one flow a fast path has already recorded in [`FlowSink::table`]

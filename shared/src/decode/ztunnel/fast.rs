@@ -49,9 +49,10 @@ pub enum ZtunnelRecorded {
     },
     /// A line that carries no flow, as [`super::decode`] reports it.
     Skip(SkipReason),
-    /// A policy rejection, decoded but not recorded: the caller records it as any decoded
-    /// record (it teaches no edge, [`EdgeSkip::NotForwarded`], and is a denial,
-    /// [`edge::derive_denial`]). Rare, so boxed.
+    /// A policy rejection or a dry-run deny line ([`Verdict::is_denial`]), decoded but
+    /// not recorded: the caller records it as any decoded record (it teaches no edge,
+    /// [`EdgeSkip::NotForwarded`], and is a denial, [`edge::derive_denial`], or an audit
+    /// denial, [`edge::derive_audit`]). Rare, so boxed.
     Denial(Box<FlowRecord>),
 }
 
@@ -84,9 +85,7 @@ fn slow(
     provider: Provider,
 ) -> Result<ZtunnelRecorded, DecodeError> {
     Ok(match parse(line)? {
-        Line::Record(r) if r.verdict == Verdict::PolicyDenied => {
-            ZtunnelRecorded::Denial(Box::new(r))
-        }
+        Line::Record(r) if r.verdict.is_denial() => ZtunnelRecorded::Denial(Box::new(r)),
         Line::Record(r) => ZtunnelRecorded::Flow {
             time: r.time,
             outcome: table.record_flow(&r, provider),
