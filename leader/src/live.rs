@@ -157,16 +157,18 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         if !leadership.is_leader() {
             continue;
         }
-        let merged = index.read().await?;
-        metrics
-            .edges
-            .set(i64::try_from(merged.len()).unwrap_or(i64::MAX));
+        let held = index.read().await?;
+        let merged = &held.edges;
+        let gauge = |v: &[MergedEdge]| i64::try_from(v.len()).unwrap_or(i64::MAX);
+        metrics.edges.set(gauge(merged));
+        metrics.denied_edges.set(gauge(&held.denials));
+        metrics.audit_edges.set(gauge(&held.audits));
         if let Some(controller) = controller.as_mut()
-            && let Err(error) = controller.round(&merged, &leadership).await
+            && let Err(error) = controller.round(merged, &leadership).await
         {
             tracing::warn!(error = format!("{error:#}"), "controller round failed");
         }
-        let proposals = render(&merged, provider, &options)?;
+        let proposals = render(merged, provider, &options)?;
         let yaml = to_yaml_stream(&proposals)?;
         if yaml != written {
             tracing::info!(
