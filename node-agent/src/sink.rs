@@ -227,6 +227,7 @@ mod tests {
             "ztunnel",
         )
         .with_denials(Arc::new(FlowTable::new(1000)))
+        .with_audits(Arc::new(FlowTable::new(1000)))
     }
 
     fn sorted(table: &FlowTable) -> Vec<EdgeSnapshot> {
@@ -248,7 +249,7 @@ mod tests {
         lines
     }
 
-    /// The fast path's accounting is `accept`'s: the same tables (edges and denials),
+    /// The fast path's accounting is `accept`'s: the same tables (edges, denials, audits),
     /// received flows, drops and skips by reason, and lag records, over the bundled
     /// example (CRI-framed, partial lines, a policy rejection, an `xds` line), the real
     /// captures and a few broken lines.
@@ -278,7 +279,20 @@ mod tests {
             sorted(fast.denials().unwrap()),
             sorted(slow.denials().unwrap())
         );
+        assert_eq!(
+            sorted(fast.audits().unwrap()),
+            sorted(slow.audits().unwrap())
+        );
         assert!(!fast.table().is_empty() && !fast.denials().unwrap().is_empty());
+        // The dry-run denials of both real captures: two pods, one peer each, port 0.
+        let audits = sorted(fast.audits().unwrap());
+        let audit_edges: Vec<_> = audits
+            .iter()
+            .map(|s| (s.edge.subject.id.to_string(), s.edge.port, s.count))
+            .collect();
+        assert_eq!(audit_edges.len(), 2, "{audit_edges:?}");
+        assert!(audits.iter().all(|s| s.edge.port == 0 && s.count == 2));
+        assert!(fast.table().snapshot().iter().all(|s| s.edge.port != 0));
         assert_eq!(counters(fast.metrics()), counters(slow.metrics()));
         assert_eq!(
             fast.metrics().scraper_lag.count(),

@@ -252,8 +252,11 @@ fn header(line: &[u8]) -> Option<Result<(Option<Timestamp>, usize), SkipReason>>
     let target = token(line, &mut at);
     if target != b"access" && target != b"access:" {
         // Another target, unless it is empty or has span fields (the slow path decides).
+        // A `state` target may be a dry-run denial (module `dryrun`): the slow path reads it.
         let named = target.strip_suffix(b":").unwrap_or(target);
-        let plain_target = !named.is_empty() && !target.iter().any(|&b| b == b'{' || b == b'}');
+        let plain_target = !named.is_empty()
+            && !std::str::from_utf8(named).is_ok_and(super::dryrun::is_state)
+            && !target.iter().any(|&b| b == b'{' || b == b'}');
         return plain_target.then_some(Err(SkipReason::ZtunnelNonAccess));
     }
     // The message runs up to the first word with a `=`; it must be `connection complete`
