@@ -165,8 +165,9 @@ mod tests {
         let sink = sink
             .with_denials(Arc::new(FlowTable::new(100)))
             .with_audits(Arc::new(FlowTable::new(100)));
-        let path =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/testdata/real").join(name);
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/testdata/real")
+            .join(name);
         let format = format_of(&path, "auto").unwrap();
         let source = FileSource {
             path: &path,
@@ -182,7 +183,13 @@ mod tests {
         let mut v: Vec<_> = table
             .snapshot()
             .into_iter()
-            .map(|s| (s.edge.subject.id.to_string(), s.edge.peer.id.to_string(), s.edge.port))
+            .map(|s| {
+                (
+                    s.edge.subject.id.to_string(),
+                    s.edge.peer.id.to_string(),
+                    s.edge.port,
+                )
+            })
             .collect();
         v.sort();
         v

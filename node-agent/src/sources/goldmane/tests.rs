@@ -243,7 +243,10 @@ fn a_deny_action_becomes_a_denial_and_is_never_learned() {
     let kept = denied.denials().unwrap().snapshot();
     let learned = allowed.table().snapshot();
     assert_eq!(kept.len(), 1);
-    assert_eq!(kept[0].edge, learned[0].edge, "the same edge, kept as a denial");
+    assert_eq!(
+        kept[0].edge, learned[0].edge,
+        "the same edge, kept as a denial"
+    );
 }
 
 #[test]
