@@ -232,14 +232,15 @@ async fn denials_and_dry_runs_reach_the_leader_apart_from_learned_edges() {
     let denials = keys(&merged.denials);
     assert!(denials.contains(&cilium_denial), "{denials:?}");
     assert!(denials.iter().any(|d| d.2 == 18080), "{denials:?}");
-    assert_eq!(keys(&merged.audits), [dry_run.clone()]);
+    assert_eq!(keys(&merged.audits), [dry_run]);
     assert_eq!(merged.audits[0].count, 2);
     // Learning never sees a denial or a dry run. (The ztunnel capture also has allowed
     // connections over the edge that was later denied: that edge is learned from those.)
     let edges = keys(&merged.edges);
     assert!(!edges.contains(&cilium_denial));
     assert!(edges.iter().all(|e| e.2 != 0), "no port-0 edge is learned");
-    assert!(leader_metrics.edges_received.get() as usize >= learned + denied + 1);
+    // Every entry of every table arrived (the audit one included).
+    assert!(leader_metrics.edges_received.get() as usize > learned + denied);
 
     state.shut_down();
     let _ = source.await;

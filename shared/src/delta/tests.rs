@@ -840,7 +840,8 @@ fn malformed_verdict_columns_are_typed_errors_that_change_nothing() {
         intact.edges.as_ref().unwrap().verdict_position,
         [4, 5, 6, 7, 8, 9]
     );
-    let cases: Vec<(fn(&mut pb::Edges), DeltaError)> = vec![
+    type Mutation = fn(&mut pb::Edges);
+    let cases: Vec<(Mutation, DeltaError)> = vec![
         (
             |e| e.verdict[1] = 7,
             E::BadValue {
