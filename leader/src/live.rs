@@ -1,15 +1,16 @@
-//! `ne-leader run`: the live leader. Agents stream their edges to the ingest service
-//! ([`crate::ingest`]); the index's owner task merges them; every `--flush-interval` the
-//! merged edges are learned and rendered as proposals (the same code as offline `learn`)
-//! and written to `--output` when they changed.
+//! `ne-leader run`: the live leader. Agents stream their edges, denials and dry-run denials
+//! to the ingest service ([`crate::ingest`]); the index's owner task merges them; every
+//! `--flush-interval` the leader runs a controller round ([`crate::controller`]: proposals,
+//! promotion, native policies, violations and their log events) and renders the proposals
+//! (the same code as offline `learn`), also to `--output` when they changed.
 //!
 //! Leadership: a Lease in `--lease-namespace` (module [`crate::election`]); only the
 //! holder accepts streams, a standby answers UNAVAILABLE. `--standalone` skips the
-//! election (one replica, no cluster).
+//! election (one replica, no cluster, no controller).
 //!
 //! Agents authenticate with a ServiceAccount token checked by TokenReview (module
-//! [`crate::auth`]); `--insecure-ingest` skips it for development. Not built yet: writing
-//! proposals to the cluster (`--output` is where they go).
+//! [`crate::auth`]); `--insecure-ingest` skips it for development. OpenTelemetry: metrics
+//! and violation log events over OTLP, from the standard variables, unless `--otel none`.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -195,20 +196,23 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         if !leadership.is_leader() {
             continue;
         }
-        let merged = index.read().await?;
-        metrics
-            .edges
-            .set(i64::try_from(merged.len()).unwrap_or(i64::MAX));
+        let held = index.read().await?;
+        let merged = &held.edges;
+        let gauge = |v: &[MergedEdge]| i64::try_from(v.len()).unwrap_or(i64::MAX);
+        metrics.edges.set(gauge(merged));
+        metrics.denied_edges.set(gauge(&held.denials));
+        metrics.audit_edges.set(gauge(&held.audits));
         let traffic = Traffic {
-            edges: &merged,
-            ..Traffic::default()
+            edges: merged,
+            denials: &held.denials,
+            audits: &held.audits,
         };
         if let Some(controller) = controller.as_mut()
             && let Err(error) = controller.round(traffic, &leadership).await
         {
             tracing::warn!(error = format!("{error:#}"), "controller round failed");
         }
-        let proposals = render(&merged, provider, &options)?;
+        let proposals = render(merged, provider, &options)?;
         let yaml = to_yaml_stream(&proposals)?;
         if yaml != written {
             tracing::info!(

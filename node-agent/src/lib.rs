@@ -42,8 +42,9 @@ pub fn init_logging(format: LogFormat) {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let metrics = Arc::new(AgentMetrics::default());
     let table = Arc::new(FlowTable::new(args.max_edges));
-    // Denials are few next to edges: a tenth of the edge cap bounds them.
+    // Denials are few next to edges: a tenth of the edge cap bounds each kind.
     let denials = Arc::new(FlowTable::new((args.max_edges / 10).max(1)));
+    let audits = Arc::new(FlowTable::new((args.max_edges / 10).max(1)));
     let state = SourceState::default();
     let listener = http::bind(args.metrics_address).await.with_context(|| {
         format!(
@@ -76,11 +77,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let sink = |provider: Provider, source: SourceKind| {
         FlowSink::new(table.clone(), metrics.clone(), provider, source.as_str())
             .with_denials(denials.clone())
+            .with_audits(audits.clone())
     };
     let source = spawn_source(&args, sink, state.clone())?;
     let shipper = ship_config(&args).map(|config| {
         tracing::info!(leaders = ?config.addresses, agent = %config.agent_id, "shipping edges to the leader");
-        tokio::spawn(ship::run(config, table.clone(), metrics.clone(), state.clone()))
+        let tables = ship::ShipTables {
+            learned: table.clone(),
+            denials: Some(denials.clone()),
+            audits: Some(audits.clone()),
+        };
+        tokio::spawn(ship::run(config, tables, metrics.clone(), state.clone()))
     });
     if shipper.is_none() {
         tracing::warn!("no --leader-address: edges are aggregated but not shipped");
@@ -93,6 +100,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             _ = ticker.tick() => {
                 metrics.edges.set(i64::try_from(table.len()).unwrap_or(i64::MAX));
                 metrics.denied_edges.set(i64::try_from(denials.len()).unwrap_or(i64::MAX));
+                metrics.audit_edges.set(i64::try_from(audits.len()).unwrap_or(i64::MAX));
             }
             () = &mut stop => break,
         }

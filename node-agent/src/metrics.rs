@@ -42,6 +42,8 @@ pub enum DropReason {
     overlong_line,
     /// A policy denial not kept: the denial table is full.
     denials_full,
+    /// An audit / dry-run denial not kept: the audit table is full.
+    audits_full,
 }
 
 impl From<EdgeSkip> for DropReason {
@@ -98,7 +100,10 @@ pub struct AgentMetrics {
     pub lost_events: Family<LostLabel, Counter>,
     pub scraper_lag: LagHistogram,
     pub edges: Gauge,
+    /// Policy-denied edges held (protect-mode observations).
     pub denied_edges: Gauge,
+    /// Audit / dry-run denied edges held (monitor-mode observations).
+    pub audit_edges: Gauge,
     pub source_connected: Gauge,
     pub source_reconnects: Counter,
     pub file_events: Family<FileEventLabel, Counter>,
@@ -158,6 +163,16 @@ impl AgentMetrics {
             "agent_edges",
             "Edges held in the FlowTable",
             self.edges.clone(),
+        );
+        r.register(
+            "agent_denied_edges",
+            "Edges of policy-denied traffic held for the leader (protect-mode observations)",
+            self.denied_edges.clone(),
+        );
+        r.register(
+            "agent_audit_edges",
+            "Edges of traffic a dry-run or audit policy would deny, held for the leader",
+            self.audit_edges.clone(),
         );
         r.register(
             "agent_source_connected",
@@ -378,12 +393,18 @@ mod tests {
             })
             .inc_by(7);
         m.edges.set(4);
+        m.denied_edges.set(2);
+        m.audit_edges.set(1);
+        m.dropped(DropReason::audits_full);
         let text = m.encode();
         for line in [
             "network_enforcer_agent_flows_received_total{source=\"file\"} 3",
             "network_enforcer_agent_flows_dropped_total{reason=\"reply\"} 2",
             "network_enforcer_agent_source_lost_events_total{source=\"hubble\",cause=\"hubble_ring_buffer\"} 7",
             "network_enforcer_agent_edges 4",
+            "network_enforcer_agent_denied_edges 2",
+            "network_enforcer_agent_audit_edges 1",
+            "network_enforcer_agent_flows_dropped_total{reason=\"audits_full\"} 1",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -8,6 +8,11 @@
 //! changed ([`FlowTable::drain_dirty`]), encoded by [`ne_shared::delta::Encoder`]. Counts
 //! and times are totals, so a batch delivered twice changes nothing at the leader.
 //!
+//! Denials travel on the same stream: the agent's three tables ([`ShipTables`]: learned
+//! edges, policy denials, audit / dry-run denials) are snapshotted, drained and expired
+//! together, and [`Encoder::encode_classes`] tags each edge with its class, so the leader
+//! keeps them apart. A stream without denials costs exactly what a learned-only one does.
+//!
 //! Nothing here blocks the source: the source only writes into the FlowTable. When more
 //! than `max_unacked` batches wait for an ack, the shipper stops draining and the table
 //! keeps aggregating (its dirty flags keep what changed). Batches in flight when a stream
@@ -25,10 +30,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context as _;
 use ne_proto::ingest::ingest_client::IngestClient;
 use ne_proto::ingest::{AgentMessage, Batch, Hello, agent_message, leader_message};
-use ne_shared::delta::{Encoder, agent_message_len};
+use ne_shared::delta::{EdgeClass, Encoder, agent_message_len};
 use ne_shared::edge::Provider;
 use ne_shared::flow::Timestamp;
-use ne_shared::table::FlowTable;
+use ne_shared::table::{EdgeSnapshot, FlowTable};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
@@ -72,13 +77,60 @@ impl ShipConfig {
     }
 }
 
-/// Ships `table` until `state` is shut down, reconnecting with capped backoff.
+/// The tables the agent ships: its learned edges and, when kept, its denials.
+#[derive(Clone, Debug)]
+pub struct ShipTables {
+    /// Edges of forwarded traffic ([`EdgeClass::Learned`]).
+    pub learned: Arc<FlowTable>,
+    /// Edges of policy-denied traffic ([`EdgeClass::Denied`]).
+    pub denials: Option<Arc<FlowTable>>,
+    /// Edges of traffic an audit / dry-run policy would deny ([`EdgeClass::Audit`]).
+    pub audits: Option<Arc<FlowTable>>,
+}
+
+impl From<Arc<FlowTable>> for ShipTables {
+    /// Learned edges only.
+    fn from(learned: Arc<FlowTable>) -> Self {
+        ShipTables {
+            learned,
+            denials: None,
+            audits: None,
+        }
+    }
+}
+
+impl ShipTables {
+    /// Every table kept, with its class.
+    fn each(&self) -> impl Iterator<Item = (EdgeClass, &FlowTable)> {
+        [
+            Some((EdgeClass::Learned, &*self.learned)),
+            self.denials.as_deref().map(|t| (EdgeClass::Denied, t)),
+            self.audits.as_deref().map(|t| (EdgeClass::Audit, t)),
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// The changed entries of every table (their dirty flags cleared), by class.
+    fn drain_dirty(&self) -> Vec<(EdgeClass, Vec<EdgeSnapshot>)> {
+        self.each().map(|(c, t)| (c, t.drain_dirty())).collect()
+    }
+
+    /// Every entry of every table, by class.
+    fn snapshot(&self) -> Vec<(EdgeClass, Vec<EdgeSnapshot>)> {
+        self.each().map(|(c, t)| (c, t.snapshot())).collect()
+    }
+}
+
+/// Ships `tables` (one [`FlowTable`] converts: learned edges only) until `state` is shut
+/// down, reconnecting with capped backoff.
 pub async fn run(
     config: ShipConfig,
-    table: Arc<FlowTable>,
+    tables: impl Into<ShipTables>,
     metrics: Arc<AgentMetrics>,
     state: SourceState,
 ) {
+    let tables = tables.into();
     let mut backoff = Backoff::for_streams();
     let mut next = 0usize;
     loop {
@@ -88,7 +140,7 @@ pub async fn run(
         let address = &config.addresses[next % config.addresses.len()];
         next += 1;
         let result = tokio::select! {
-            r = stream(&config, address, &table, &metrics) => r,
+            r = stream(&config, address, &tables, &metrics) => r,
             () = state.stopped() => return,
         };
         metrics.leader_connected.set(0);
@@ -126,7 +178,7 @@ enum Delivered {
 async fn stream(
     config: &ShipConfig,
     address: &str,
-    table: &FlowTable,
+    tables: &ShipTables,
     metrics: &AgentMetrics,
 ) -> anyhow::Result<Delivered> {
     let channel = Endpoint::from_shared(format!("http://{address}"))
@@ -178,13 +230,18 @@ async fn stream(
     let mut unacked = std::collections::VecDeque::<u64>::new();
     let mut next_sequence = 1u64;
     // Clear the dirty flags first: whatever changes after this shows up in a delta.
-    drop(table.drain_dirty());
-    let all = table.snapshot();
+    drop(tables.drain_dirty());
+    let all = tables.snapshot();
     // Idleness is measured on the flows' own clock (the latest flow time shipped), not the
     // wall clock: a replayed capture, or a data plane whose clock is off, does not make
     // every entry look idle at once.
-    let mut flow_clock = all.iter().map(|s| s.last_seen.0).max().unwrap_or(i64::MIN);
-    let batches = encoder.encode(next_sequence, true, &all, config.max_message_bytes);
+    let mut flow_clock = latest(&all).unwrap_or(i64::MIN);
+    let batches = encoder.encode_classes(
+        next_sequence,
+        true,
+        &by_class(&all),
+        config.max_message_bytes,
+    );
     let mut oversized = count_oversized(&encoder, 0, metrics);
     metrics.ship_snapshots.inc();
     ship(
@@ -192,7 +249,7 @@ async fn stream(
         batches,
         &mut next_sequence,
         &mut unacked,
-        all.len(),
+        entries(&all),
         metrics,
     )
     .await?;
@@ -203,18 +260,21 @@ async fn stream(
         tokio::select! {
             _ = ticker.tick() => {
                 if unacked.len() < config.max_unacked {
-                    let changed = table.drain_dirty();
-                    if let Some(latest) = changed.iter().map(|s| s.last_seen.0).max() {
+                    let changed = tables.drain_dirty();
+                    if let Some(latest) = latest(&changed) {
                         flow_clock = flow_clock.max(latest);
                     }
-                    if !changed.is_empty() {
-                        let batches = encoder.encode(next_sequence, false, &changed, config.max_message_bytes);
+                    let n = entries(&changed);
+                    if n > 0 {
+                        let batches = encoder.encode_classes(next_sequence, false, &by_class(&changed), config.max_message_bytes);
                         oversized = count_oversized(&encoder, oversized, metrics);
-                        ship(&tx, batches, &mut next_sequence, &mut unacked, changed.len(), metrics).await?;
+                        ship(&tx, batches, &mut next_sequence, &mut unacked, n, metrics).await?;
                     }
                 }
                 if unacked.is_empty() {
-                    expire(table, flow_clock, config.idle_expiry);
+                    for (_, table) in tables.each() {
+                        expire(table, flow_clock, config.idle_expiry);
+                    }
                 }
             }
             message = inbound.message() => {
@@ -240,6 +300,24 @@ async fn stream(
             .ship_unacked
             .set(i64::try_from(unacked.len()).unwrap_or(i64::MAX));
     }
+}
+
+/// The entries of every class, as [`Encoder::encode_classes`] takes them.
+fn by_class(entries: &[(EdgeClass, Vec<EdgeSnapshot>)]) -> Vec<(EdgeClass, &[EdgeSnapshot])> {
+    entries.iter().map(|(c, e)| (*c, e.as_slice())).collect()
+}
+
+/// Entries of every class.
+fn entries(entries: &[(EdgeClass, Vec<EdgeSnapshot>)]) -> usize {
+    entries.iter().map(|(_, e)| e.len()).sum()
+}
+
+/// The latest last_seen of any entry.
+fn latest(entries: &[(EdgeClass, Vec<EdgeSnapshot>)]) -> Option<i64> {
+    entries
+        .iter()
+        .flat_map(|(_, e)| e.iter().map(|s| s.last_seen.0))
+        .max()
 }
 
 /// Counts the entries the encoder skipped since `before` (its running total), and logs

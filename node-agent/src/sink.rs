@@ -4,6 +4,10 @@
 //! and one `FlowTable::record` — no allocation for a known edge, no lock held across
 //! anything but a map shard, no log line. ztunnel lines skip the decoded record
 //! altogether ([`FlowSink::record_ztunnel`]): the table reads the edge from the line.
+//!
+//! Denials never reach the learned table: policy denials go to a denials table
+//! ([`FlowSink::with_denials`]) and audit / dry-run denials to an audits table
+//! ([`FlowSink::with_audits`]), both bounded; the shipper sends all three to the leader.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -11,7 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use ne_shared::decode::ztunnel::ZtunnelRecorded;
 use ne_shared::decode::{DecodeError, Decoded, SkipReason};
 use ne_shared::edge::{EdgeSkip, Provider};
-use ne_shared::flow::{FlowRecord, Timestamp};
+use ne_shared::flow::{FlowRecord, Timestamp, Verdict};
 use ne_shared::table::{FlowTable, RecordOutcome};
 use prometheus_client::metrics::counter::Counter;
 
@@ -23,6 +27,8 @@ pub struct FlowSink {
     table: Arc<FlowTable>,
     /// Policy denials, kept apart from learning as protect-mode observations.
     denials: Option<Arc<FlowTable>>,
+    /// Audit / dry-run denials, kept apart from learning as monitor-mode observations.
+    audits: Option<Arc<FlowTable>>,
     metrics: Arc<AgentMetrics>,
     provider: Provider,
     received: Counter,
@@ -43,6 +49,7 @@ impl FlowSink {
         FlowSink {
             table,
             denials: None,
+            audits: None,
             metrics,
             provider,
             received,
@@ -59,6 +66,19 @@ impl FlowSink {
     /// The denials kept, if any.
     pub fn denials(&self) -> Option<&FlowTable> {
         self.denials.as_deref()
+    }
+
+    /// Also keeps audit / dry-run denials (Hubble `AUDIT`, ztunnel `dry-run:` deny lines;
+    /// edges of what would have been denied, port 0 when the line names none) in
+    /// `audits`, for the violations pipeline.
+    pub fn with_audits(mut self, audits: Arc<FlowTable>) -> Self {
+        self.audits = Some(audits);
+        self
+    }
+
+    /// The audit denials kept, if any.
+    pub fn audits(&self) -> Option<&FlowTable> {
+        self.audits.as_deref()
     }
 
     /// The agent's metrics.
@@ -95,17 +115,42 @@ impl FlowSink {
         }
     }
 
-    /// Records one flow.
+    /// Records one flow: a forwarded one in the table, a denial in its own table (it
+    /// still counts as a flow that taught no edge).
     pub fn record(&self, flow: &FlowRecord) {
         self.received(flow.time);
-        if let Some(denials) = &self.denials
-            && let Ok(edge) = ne_shared::edge::derive_denial(flow)
-            && denials.record(&edge, flow.time.unwrap_or_default(), flow.connections)
-                == RecordOutcome::Dropped
-        {
-            self.metrics.dropped(DropReason::denials_full);
+        match flow.verdict {
+            Verdict::PolicyDenied => Self::observe(
+                self.denials.as_deref(),
+                ne_shared::edge::derive_denial(flow),
+                flow,
+                || self.metrics.dropped(DropReason::denials_full),
+            ),
+            Verdict::AuditDenied => Self::observe(
+                self.audits.as_deref(),
+                ne_shared::edge::derive_audit(flow),
+                flow,
+                || self.metrics.dropped(DropReason::audits_full),
+            ),
+            Verdict::Forwarded | Verdict::Dropped | Verdict::Error => {}
         }
         self.outcome(self.table.record_flow(flow, self.provider));
+    }
+
+    /// Records a denial's edge in `table`, if kept; `full` counts one the table dropped.
+    fn observe(
+        table: Option<&FlowTable>,
+        edge: Result<ne_shared::edge::Edge, EdgeSkip>,
+        flow: &FlowRecord,
+        full: impl FnOnce(),
+    ) {
+        if let Some(table) = table
+            && let Ok(edge) = edge
+            && table.record(&edge, flow.time.unwrap_or_default(), flow.connections)
+                == RecordOutcome::Dropped
+        {
+            full();
+        }
     }
 
     /// Accounts for one flow a fast path has already recorded in [`FlowSink::table`]
@@ -182,6 +227,7 @@ mod tests {
             "ztunnel",
         )
         .with_denials(Arc::new(FlowTable::new(1000)))
+        .with_audits(Arc::new(FlowTable::new(1000)))
     }
 
     fn sorted(table: &FlowTable) -> Vec<EdgeSnapshot> {
@@ -203,7 +249,7 @@ mod tests {
         lines
     }
 
-    /// The fast path's accounting is `accept`'s: the same tables (edges and denials),
+    /// The fast path's accounting is `accept`'s: the same tables (edges, denials, audits),
     /// received flows, drops and skips by reason, and lag records, over the bundled
     /// example (CRI-framed, partial lines, a policy rejection, an `xds` line), the real
     /// captures and a few broken lines.
@@ -233,7 +279,20 @@ mod tests {
             sorted(fast.denials().unwrap()),
             sorted(slow.denials().unwrap())
         );
+        assert_eq!(
+            sorted(fast.audits().unwrap()),
+            sorted(slow.audits().unwrap())
+        );
         assert!(!fast.table().is_empty() && !fast.denials().unwrap().is_empty());
+        // The dry-run denials of both real captures: two pods, one peer each, port 0.
+        let audits = sorted(fast.audits().unwrap());
+        let audit_edges: Vec<_> = audits
+            .iter()
+            .map(|s| (s.edge.subject.id.to_string(), s.edge.port, s.count))
+            .collect();
+        assert_eq!(audit_edges.len(), 2, "{audit_edges:?}");
+        assert!(audits.iter().all(|s| s.edge.port == 0 && s.count == 2));
+        assert!(fast.table().snapshot().iter().all(|s| s.edge.port != 0));
         assert_eq!(counters(fast.metrics()), counters(slow.metrics()));
         assert_eq!(
             fast.metrics().scraper_lag.count(),

@@ -163,9 +163,29 @@ pub fn derive_denial(flow: &FlowRecord) -> Result<Edge, EdgeSkip> {
     if flow.verdict != Verdict::PolicyDenied {
         return Err(EdgeSkip::NotForwarded);
     }
+    observed(flow, flow.destination_port)
+}
+
+/// Derives the edge an audit / dry-run denial concerns ([`Verdict::AuditDenied`]: Hubble
+/// `AUDIT`, ztunnel `dry-run:` deny lines), kept apart from learning as a monitor-mode
+/// observation. As [`derive_denial`], except that port 0 is allowed: ztunnel's dry-run
+/// lines name no port, and the edge then has port 0. Other flows return
+/// [`EdgeSkip::NotForwarded`].
+pub fn derive_audit(flow: &FlowRecord) -> Result<Edge, EdgeSkip> {
+    if flow.verdict != Verdict::AuditDenied {
+        return Err(EdgeSkip::NotForwarded);
+    }
+    // Any non-zero port passes the port rule; the edge keeps the flow's own.
+    observed(flow, flow.destination_port.max(1))
+}
+
+/// The rules for forwarded flows, without the provider's direction and identity rules,
+/// with `port` in place of the destination port for the checks only.
+fn observed(flow: &FlowRecord, port: u16) -> Result<Edge, EdgeSkip> {
     let direction = Learnable {
         verdict: Verdict::Forwarded,
         source_identity: true,
+        destination_port: port,
         ..learnable(flow)
     }
     .direction(Provider::Cilium)?;
@@ -265,5 +285,43 @@ mod denial_tests {
         let mut egress = flow(Verdict::PolicyDenied, ObservationPoint::Egress);
         egress.destination = Endpoint::new(EndpointId::Reserved(Reserved::World));
         assert_eq!(derive_denial(&egress).unwrap().subject.id, egress.source.id);
+        let mut no_port = denied.clone();
+        no_port.destination_port = 0;
+        assert_eq!(derive_denial(&no_port), Err(EdgeSkip::NoPort));
+    }
+
+    #[test]
+    fn audit_denials_make_observation_edges_even_without_a_port() {
+        let mut dry_run = flow(Verdict::AuditDenied, ObservationPoint::Ingress);
+        dry_run.destination_port = 0;
+        let e = derive_audit(&dry_run).unwrap();
+        assert_eq!((e.direction, e.port), (Direction::Ingress, 0));
+        assert_eq!(
+            (e.subject.id.clone(), e.peer.id.clone()),
+            (dry_run.destination.id.clone(), dry_run.source.id.clone())
+        );
+        assert_eq!(
+            derive(&dry_run, Provider::Istio),
+            Err(EdgeSkip::NotForwarded)
+        );
+        assert_eq!(derive_denial(&dry_run), Err(EdgeSkip::NotForwarded));
+        let audit = flow(Verdict::AuditDenied, ObservationPoint::Egress);
+        assert_eq!(derive_audit(&audit).unwrap().port, 5432);
+        for verdict in [
+            Verdict::Forwarded,
+            Verdict::PolicyDenied,
+            Verdict::Dropped,
+            Verdict::Error,
+        ] {
+            assert_eq!(
+                derive_audit(&flow(verdict, ObservationPoint::Ingress)),
+                Err(EdgeSkip::NotForwarded)
+            );
+        }
+        let mut icmp = dry_run.clone();
+        icmp.protocol = Protocol::Icmp;
+        assert_eq!(derive_audit(&icmp), Err(EdgeSkip::Protocol));
+        assert!(Verdict::AuditDenied.is_denial() && Verdict::PolicyDenied.is_denial());
+        assert!(!Verdict::Dropped.is_denial() && !Verdict::Forwarded.is_denial());
     }
 }

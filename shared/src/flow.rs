@@ -379,6 +379,15 @@ pub enum Verdict {
     Error,
 }
 
+impl Verdict {
+    /// A policy's decision against the traffic, enforced ([`Verdict::PolicyDenied`]) or
+    /// in audit / dry-run mode ([`Verdict::AuditDenied`]): what the agent keeps as
+    /// observations, apart from learning.
+    pub fn is_denial(self) -> bool {
+        matches!(self, Verdict::PolicyDenied | Verdict::AuditDenied)
+    }
+}
+
 /// Direction of an edge, seen from its subject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Direction {

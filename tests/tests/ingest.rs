@@ -109,6 +109,7 @@ async fn index_of(index: &IndexHandle) -> Model {
         .read()
         .await
         .unwrap()
+        .edges
         .into_iter()
         .map(|m| (m.key(), (m.count, m.first_seen.0, m.last_seen.0)))
         .collect()
@@ -335,7 +336,8 @@ async fn the_live_pipeline_proposes_what_offline_learn_proposes() {
             exclude_namespaces: ["kube-system".to_owned()].into(),
         };
         let live =
-            ne_leader::live::render(&l.index.read().await.unwrap(), provider, &options).unwrap();
+            ne_leader::live::render(&l.index.read().await.unwrap().edges, provider, &options)
+                .unwrap();
         let offline = ne_leader::offline::learn::learn(&LearnArgs {
             input: InputArgs {
                 input: vec![path.clone()],

@@ -219,7 +219,7 @@ async fn main() -> anyhow::Result<()> {
     while done < args.violations && Instant::now() < deadline {
         tokio::select! {
             _ = probe.tick() => {
-                let merged = index.read().await?;
+                let merged = index.read().await?.edges;
                 let now = Instant::now();
                 for m in merged.iter().filter(|m| m.edge.port >= 9000) {
                     let key = tuple_of(&m.edge);
@@ -228,7 +228,7 @@ async fn main() -> anyhow::Result<()> {
             }
             _ = flush.tick() => {
                 let started = Instant::now();
-                let merged = index.read().await?;
+                let merged = index.read().await?.edges;
                 let traffic = Traffic { edges: &merged, ..Traffic::default() };
                 let detected = detect(traffic, &policies, &RecordOnly, Backend::Kubernetes);
                 let now = Time(k8s_openapi::jiff::Timestamp::now());

@@ -32,6 +32,10 @@ pub struct LeaderMetrics {
     pub ingest_lag: Histogram,
     /// Distinct edges in the merged index.
     pub edges: Gauge,
+    /// Distinct policy-denied edges held (protect-mode observations).
+    pub denied_edges: Gauge,
+    /// Distinct audit / dry-run denied edges held (monitor-mode observations).
+    pub audit_edges: Gauge,
 }
 
 impl Default for LeaderMetrics {
@@ -50,6 +54,8 @@ impl Default for LeaderMetrics {
             // 10 ms to about 3 h.
             ingest_lag: Histogram::new(exponential_buckets(0.01, 4.0, 10)),
             edges: Gauge::default(),
+            denied_edges: Gauge::default(),
+            audit_edges: Gauge::default(),
         }
     }
 }
@@ -118,6 +124,16 @@ impl LeaderMetrics {
             "leader_edges",
             "Distinct edges in the merged index",
             self.edges.clone(),
+        );
+        r.register(
+            "leader_denied_edges",
+            "Distinct edges of policy-denied traffic held (protect-mode observations)",
+            self.denied_edges.clone(),
+        );
+        r.register(
+            "leader_audit_edges",
+            "Distinct edges of traffic a dry-run or audit policy would deny, held",
+            self.audit_edges.clone(),
         );
     }
 }

@@ -1,9 +1,13 @@
 //! The leader's ingest endpoint (ARCHITECTURE §6): `networkenforcer.ingest.v1.Ingest/Stream`.
 //!
 //! Data flow: agent stream → `Hello` → per-stream [`Decoder`] → [`IndexHandle::apply`]
-//! (the index's owner task, module `owner`) → `Ack` of the highest sequence applied. An
-//! ack is sent only after the batch is in the index, so an agent that got an ack can
+//! (the indexes' owner task, module `owner`) → `Ack` of the highest sequence applied. An
+//! ack is sent only after the batch is in the indexes, so an agent that got an ack can
 //! forget the batch.
+//!
+//! A batch carries learned edges and observed denials (policy and audit / dry-run), told
+//! apart by the codec; the owner keeps one index per class, and [`IndexHandle::read`]
+//! hands them back apart ([`Merged`]): learning reads `edges`, violations the others.
 //!
 //! Only the replica that holds the Lease accepts streams ([`Leadership`]); a standby
 //! answers `UNAVAILABLE` so agents try the next address, and a leader that loses the Lease
@@ -31,7 +35,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 pub use metrics::LeaderMetrics;
 pub use ne_proto::ingest::ingest_server::IngestServer;
-pub use owner::{IndexClosed, IndexHandle};
+pub use owner::{IndexClosed, IndexHandle, Indexes, Merged};
 
 /// Whether this replica may accept streams (it holds the Lease). Kept behind a trait so
 /// tests run election in-process.
@@ -239,17 +243,20 @@ impl<L: Leadership> Session<L> {
                 Ok(decoded) => decoded,
                 Err(error) => return self.reject(batch.sequence, &error.to_string()).await,
             };
-            self.metrics
-                .edges_received
-                .inc_by(decoded.edges.len() as u64);
-            if let Some(newest) = decoded.edges.iter().map(|e| e.last_seen.0).max() {
+            self.metrics.edges_received.inc_by(decoded.len() as u64);
+            let newest = [&decoded.edges, &decoded.denials, &decoded.audits]
+                .into_iter()
+                .flatten()
+                .map(|e| e.last_seen.0)
+                .max();
+            if let Some(newest) = newest {
                 let now = i64::try_from(leader_epoch()).unwrap_or(i64::MAX);
                 self.metrics
                     .ingest_lag
                     .observe(now.saturating_sub(newest).max(0) as f64 / 1e9);
             }
             self.index
-                .apply(self.agent.clone(), self.epoch, decoded.edges)
+                .apply(self.agent.clone(), self.epoch, decoded)
                 .await
                 .map_err(|_| End::Status(Status::unavailable("the leader is shutting down")))?;
             self.ack(batch.sequence).await?;

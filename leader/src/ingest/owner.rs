@@ -1,9 +1,13 @@
-//! The one task that owns the leader's [`EdgeIndex`] (STYLE 3): ingest sessions send it
+//! The one task that owns the leader's [`EdgeIndex`]es (STYLE 3): ingest sessions send it
 //! commands; it applies each batch synchronously, in arrival order, and answers when the
-//! batch is in the index, so an ack always means "applied".
+//! batch is in the indexes, so an ack always means "applied".
+//!
+//! One index per [`EdgeClass`]: learned edges (what proposals are made of), policy
+//! denials and audit / dry-run denials (what protect- and monitor-mode violations are
+//! made of). They never mix: learning reads [`Merged::edges`] only.
 
+use ne_shared::delta::{DecodedBatch, EdgeClass};
 use ne_shared::index::{AgentId, ApplyStats, EdgeIndex, Hello, MergedEdge};
-use ne_shared::table::EdgeSnapshot;
 use tokio::sync::{mpsc, oneshot};
 
 /// What the owner task does.
@@ -16,15 +20,91 @@ enum Command {
     Apply {
         agent: AgentId,
         epoch: u64,
-        edges: Vec<EdgeSnapshot>,
+        batch: Box<DecodedBatch>,
         done: oneshot::Sender<ApplyStats>,
     },
     Read {
-        done: oneshot::Sender<Vec<MergedEdge>>,
+        done: oneshot::Sender<Merged>,
     },
 }
 
-/// A handle on the index's owner task; cheap to clone.
+/// The merged entries of every agent, by class (what [`IndexHandle::read`] returns).
+#[derive(Clone, Debug, Default)]
+pub struct Merged {
+    /// Learned edges (forwarded traffic): what proposals are made of.
+    pub edges: Vec<MergedEdge>,
+    /// Edges of traffic an enforced policy denied: protect-mode observations.
+    pub denials: Vec<MergedEdge>,
+    /// Edges of traffic a dry-run / audit policy would have denied: monitor-mode
+    /// observations (port 0 when the data plane did not say, as ztunnel's dry-run lines).
+    pub audits: Vec<MergedEdge>,
+}
+
+/// The owner task's indexes, one per class (what its task returns when it ends).
+#[derive(Debug)]
+pub struct Indexes {
+    /// Learned edges, at most the capacity given to [`IndexHandle::spawn`].
+    pub edges: EdgeIndex,
+    /// Policy denials, at most a tenth of it (at least 1).
+    pub denials: EdgeIndex,
+    /// Audit denials, as `denials`.
+    pub audits: EdgeIndex,
+}
+
+impl Indexes {
+    fn new(capacity: usize) -> Self {
+        let observations = (capacity / 10).max(1);
+        Indexes {
+            edges: EdgeIndex::new(capacity),
+            denials: EdgeIndex::new(observations),
+            audits: EdgeIndex::new(observations),
+        }
+    }
+
+    fn each_mut(&mut self) -> [(EdgeClass, &mut EdgeIndex); 3] {
+        [
+            (EdgeClass::Learned, &mut self.edges),
+            (EdgeClass::Denied, &mut self.denials),
+            (EdgeClass::Audit, &mut self.audits),
+        ]
+    }
+
+    fn hello(&mut self, agent: &AgentId, epoch: u64) -> Hello {
+        // Every index sees every stream, so they agree; the learned one answers.
+        let [(_, edges), (_, denials), (_, audits)] = self.each_mut();
+        denials.hello(agent, epoch);
+        audits.hello(agent, epoch);
+        edges.hello(agent, epoch)
+    }
+
+    fn apply(&mut self, agent: &AgentId, epoch: u64, batch: &DecodedBatch) -> ApplyStats {
+        let mut total = ApplyStats::default();
+        for (class, index) in self.each_mut() {
+            let entries = batch.class(class);
+            if entries.is_empty() {
+                continue;
+            }
+            let s = index.apply(agent, epoch, entries);
+            total.inserted += s.inserted;
+            total.updated += s.updated;
+            total.unchanged += s.unchanged;
+            total.stale_serial += s.stale_serial;
+            total.stale_epoch += s.stale_epoch;
+            total.dropped += s.dropped;
+        }
+        total
+    }
+
+    fn merged(&self) -> Merged {
+        Merged {
+            edges: self.edges.merged().cloned().collect(),
+            denials: self.denials.merged().cloned().collect(),
+            audits: self.audits.merged().cloned().collect(),
+        }
+    }
+}
+
+/// A handle on the indexes' owner task; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct IndexHandle {
     tx: mpsc::Sender<Command>,
@@ -36,30 +116,31 @@ pub struct IndexHandle {
 pub struct IndexClosed;
 
 impl IndexHandle {
-    /// Starts the owner task of an index holding at most `capacity` edges.
-    pub fn spawn(capacity: usize) -> (IndexHandle, tokio::task::JoinHandle<EdgeIndex>) {
+    /// Starts the owner task of indexes holding at most `capacity` learned edges, and a
+    /// tenth of that (at least 1) of each kind of denial.
+    pub fn spawn(capacity: usize) -> (IndexHandle, tokio::task::JoinHandle<Indexes>) {
         let (tx, mut rx) = mpsc::channel::<Command>(256);
         let task = tokio::spawn(async move {
-            let mut index = EdgeIndex::new(capacity);
+            let mut indexes = Indexes::new(capacity);
             while let Some(command) = rx.recv().await {
                 match command {
                     Command::Hello { agent, epoch, done } => {
-                        let _ = done.send(index.hello(&agent, epoch));
+                        let _ = done.send(indexes.hello(&agent, epoch));
                     }
                     Command::Apply {
                         agent,
                         epoch,
-                        edges,
+                        batch,
                         done,
                     } => {
-                        let _ = done.send(index.apply(&agent, epoch, &edges));
+                        let _ = done.send(indexes.apply(&agent, epoch, &batch));
                     }
                     Command::Read { done } => {
-                        let _ = done.send(index.merged().cloned().collect());
+                        let _ = done.send(indexes.merged());
                     }
                 }
             }
-            index
+            indexes
         });
         (IndexHandle { tx }, task)
     }
@@ -79,24 +160,126 @@ impl IndexHandle {
             .await
     }
 
-    /// Applies one decoded batch; returns once it is in the index.
+    /// Applies one decoded batch, every class to its index; returns once all of it is
+    /// in the indexes, with the outcomes of all classes added up.
     pub async fn apply(
         &self,
         agent: AgentId,
         epoch: u64,
-        edges: Vec<EdgeSnapshot>,
+        batch: DecodedBatch,
     ) -> Result<ApplyStats, IndexClosed> {
         self.call(|done| Command::Apply {
             agent,
             epoch,
-            edges,
+            batch: Box::new(batch),
             done,
         })
         .await
     }
 
-    /// Every merged edge, in no particular order.
-    pub async fn read(&self) -> Result<Vec<MergedEdge>, IndexClosed> {
+    /// Every merged entry, by class, in no particular order.
+    pub async fn read(&self) -> Result<Merged, IndexClosed> {
         self.call(|done| Command::Read { done }).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ne_shared::edge::Edge;
+    use ne_shared::flow::{Direction, Endpoint, EndpointId, Protocol, Timestamp};
+    use ne_shared::table::EdgeSnapshot;
+
+    use super::*;
+
+    fn snap(port: u16, serial: u64, count: u64) -> EdgeSnapshot {
+        let pod = |name: &str| {
+            Endpoint::new(EndpointId::Pod {
+                namespace: "shop".into(),
+                name: name.into(),
+            })
+        };
+        EdgeSnapshot {
+            edge: Edge {
+                subject: pod("web"),
+                direction: Direction::Ingress,
+                peer: pod("client"),
+                protocol: Protocol::Tcp,
+                port,
+                peer_dns: None,
+            },
+            count,
+            first_seen: Timestamp(10),
+            last_seen: Timestamp(20),
+            serial,
+        }
+    }
+
+    fn batch(
+        sequence: u64,
+        edges: Vec<EdgeSnapshot>,
+        denials: Vec<EdgeSnapshot>,
+        audits: Vec<EdgeSnapshot>,
+    ) -> DecodedBatch {
+        DecodedBatch {
+            sequence,
+            snapshot: false,
+            snapshot_end: false,
+            reset: false,
+            edges,
+            denials,
+            audits,
+        }
+    }
+
+    /// The same edge and serial in every class stays three entries, each in its own
+    /// index; learning (`edges`) never sees a denial; the denial indexes are a tenth of
+    /// the learned capacity.
+    #[tokio::test]
+    async fn every_class_lands_in_its_own_index() {
+        let (index, owner) = IndexHandle::spawn(20);
+        let agent = AgentId::from("node-a");
+        index.hello(agent.clone(), 1).await.unwrap();
+        let stats = index
+            .apply(
+                agent.clone(),
+                1,
+                batch(
+                    1,
+                    vec![snap(80, 1, 3)],
+                    vec![snap(80, 1, 5)],
+                    vec![snap(0, 1, 7)],
+                ),
+            )
+            .await
+            .unwrap();
+        assert_eq!(stats.inserted, 3);
+        let merged = index.read().await.unwrap();
+        let counts =
+            |m: &[MergedEdge]| m.iter().map(|e| (e.edge.port, e.count)).collect::<Vec<_>>();
+        assert_eq!(counts(&merged.edges), [(80, 3)]);
+        assert_eq!(counts(&merged.denials), [(80, 5)]);
+        assert_eq!(counts(&merged.audits), [(0, 7)]);
+
+        // Denials only: the learned index is untouched. Past the denial capacity (2),
+        // new denial keys are dropped and counted; learned keys are not.
+        let denials: Vec<EdgeSnapshot> = (1..=4).map(|p| snap(p, 1, 1)).collect();
+        let stats = index
+            .apply(agent.clone(), 1, batch(2, Vec::new(), denials, Vec::new()))
+            .await
+            .unwrap();
+        assert_eq!((stats.inserted, stats.dropped), (1, 3));
+        let merged = index.read().await.unwrap();
+        assert_eq!(counts(&merged.edges), [(80, 3)]);
+        assert_eq!(merged.denials.len(), 2);
+        drop(index);
+        let indexes = owner.await.unwrap();
+        assert_eq!(
+            (
+                indexes.edges.len(),
+                indexes.denials.len(),
+                indexes.audits.len()
+            ),
+            (1, 2, 1)
+        );
     }
 }

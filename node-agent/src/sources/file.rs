@@ -159,6 +159,86 @@ mod tests {
         assert_eq!(d.subject.id.to_string(), "data/StatefulSet/postgres");
     }
 
+    /// Replays a real capture with every table kept; returns the sink.
+    fn replay_real(name: &str) -> (FlowSink, Arc<AgentMetrics>) {
+        let (sink, metrics) = sink();
+        let sink = sink
+            .with_denials(Arc::new(FlowTable::new(100)))
+            .with_audits(Arc::new(FlowTable::new(100)));
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/testdata/real")
+            .join(name);
+        let format = format_of(&path, "auto").unwrap();
+        let source = FileSource {
+            path: &path,
+            format,
+            follow: false,
+            poll: Duration::from_millis(10),
+        };
+        run(&source, &sink, &SourceState::default()).unwrap();
+        (sink, metrics)
+    }
+
+    fn edges(table: &FlowTable) -> Vec<(String, String, u16)> {
+        let mut v: Vec<_> = table
+            .snapshot()
+            .into_iter()
+            .map(|s| {
+                (
+                    s.edge.subject.id.to_string(),
+                    s.edge.peer.id.to_string(),
+                    s.edge.port,
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The real Hubble capture's two `DROPPED` flows with a policy-deny reason (line 42:
+    /// `POLICY_DENIED` by name, line 43: `drop_reason` 133) are policy denials (the
+    /// decoder's tests check both); line 43 becomes the one denied edge. Line 42 was
+    /// exported with a field mask that dropped `traffic_direction`: no subject can be
+    /// told, so it makes no edge of any kind.
+    #[test]
+    fn real_hubble_policy_drops_become_denials() {
+        let (sink, _) = replay_real("hubble-flows.jsonl");
+        let denials = edges(sink.denials().unwrap());
+        assert_eq!(
+            denials,
+            [(
+                "namespace-name/Pod/pod-name-nginx-5869cc6967-trl5q".to_owned(),
+                "reserved:remote-node".to_owned(),
+                8182
+            )]
+        );
+        assert!(edges(sink.audits().unwrap()).is_empty());
+        let learned = edges(sink.table());
+        assert!(denials.iter().all(|d| !learned.contains(d)));
+    }
+
+    /// The real ztunnel capture: the two dry-run lines are audit denials (port 0), the
+    /// three policy rejections are denials with their port; none is learned.
+    #[test]
+    fn real_ztunnel_denials_and_dry_runs_are_kept_apart() {
+        let (sink, _) = replay_real("ztunnel-access.log");
+        let audits = sink.audits().unwrap().snapshot();
+        assert_eq!(audits.len(), 1, "lines 37 and 40: one pod, one peer");
+        assert_eq!(audits[0].count, 2);
+        assert_eq!(
+            edges(sink.audits().unwrap()),
+            [(
+                "default/Pod/http-server-6cbcc86f5d-lhq82".to_owned(),
+                "10.244.0.5".to_owned(),
+                0
+            )]
+        );
+        let denials = edges(sink.denials().unwrap());
+        assert!(denials.iter().all(|d| d.2 != 0), "{denials:?}");
+        assert!(!denials.is_empty());
+        assert!(edges(sink.table()).iter().all(|e| e.2 != 0));
+    }
+
     #[test]
     fn follows_appends_and_starts_over_after_truncation() {
         let dir = std::env::temp_dir().join(format!("ne-agent-file-{}", std::process::id()));

@@ -280,7 +280,7 @@ async fn stream(
         *delivered += 1;
         match decoder.record(sink.table(), &bytes, sink.provider()) {
             Ok(HubbleRecorded::Flow { time, outcome }) => sink.recorded(time, outcome),
-            Ok(HubbleRecorded::PolicyDenied(flow)) => sink.record(&flow),
+            Ok(HubbleRecorded::Denial(flow)) => sink.record(&flow),
             Ok(HubbleRecorded::LostEvents { source, count }) => {
                 lost.record(sink.metrics(), source, count, Instant::now());
             }

@@ -380,9 +380,9 @@ fn real_ztunnel_lines_decode_to_the_same_records_after_rotations() {
     let direct: DecodeStats = decode_lines(Format::Ztunnel, capture.as_bytes(), |r| {
         expected.push(r);
     });
-    // SOURCES.md: 47 access lines and 6 `state` lines.
-    assert_eq!(direct.records, 47);
-    assert_eq!(direct.skips(SkipReason::ZtunnelNonAccess), 6);
+    // SOURCES.md: 47 access lines and 6 `state` lines, 2 of them dry-run denials.
+    assert_eq!(direct.records, 49);
+    assert_eq!(direct.skips(SkipReason::ZtunnelNonAccess), 4);
 
     let root = TempRoot::new();
     let dir = root.ztunnel_dir("node1");
@@ -450,8 +450,8 @@ fn real_ztunnel_lines_decode_to_the_same_records_after_rotations() {
     poll(&mut tailer);
     let (got, non_access) = poll(&mut tailer);
     assert_eq!(stats.errors, 0, "{:?}", stats.first_errors);
-    assert_eq!(got, 47);
-    assert_eq!(non_access, 6);
+    assert_eq!(got, 49);
+    assert_eq!(non_access, 4);
     assert_eq!(records, expected);
     assert_eq!(rotations, 13);
     assert_eq!(tailer.totals().rotations, rotations);

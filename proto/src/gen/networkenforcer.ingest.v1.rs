@@ -136,9 +136,13 @@ pub struct Endpoints {
     #[prost(uint32, repeated, tag = "12")]
     pub identity: ::prost::alloc::vec::Vec<u32>,
 }
-/// Edge table additions, columnar; one element per edge in every column. An edge is one
-/// entry of the agent's flow table: `subject` talks to `peer` in `direction` on
-/// `protocol`/`port`.
+/// Edge table additions, columnar; one element per edge in every column except the two
+/// verdict columns. An edge is one entry of one of the agent's flow tables: `subject`
+/// talks to `peer` in `direction` on `protocol`/`port`, with a verdict: forwarded
+/// (learned), denied by an enforced policy (protect-mode observation) or denied by a
+/// dry-run / audit policy only (monitor-mode observation). The agent keeps one table per
+/// verdict, each with its own serials: the verdict is part of the edge's identity, so a
+/// forwarded and a denied edge with equal endpoints, port and serial are two edges.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Edges {
     /// The subject endpoint (endpoint index).
@@ -163,6 +167,15 @@ pub struct Edges {
     /// epoch), new when an expired entry is created again.
     #[prost(uint64, repeated, tag = "7")]
     pub serial: ::prost::alloc::vec::Vec<u64>,
+    /// Sparse: the edges whose verdict is not FORWARDED, by position among this batch's
+    /// edge additions (0 = the first edge of `subject`), strictly ascending. An edge not
+    /// listed is FORWARDED, so a batch without denials carries neither verdict column and
+    /// costs no byte more.
+    #[prost(uint32, repeated, tag = "8")]
+    pub verdict_position: ::prost::alloc::vec::Vec<u32>,
+    /// One per element of `verdict_position`: that edge's verdict (never FORWARDED).
+    #[prost(enumeration = "EdgeVerdict", repeated, tag = "9")]
+    pub verdict: ::prost::alloc::vec::Vec<i32>,
 }
 /// The changed entries, columnar; one element per row in every column. Times are
 /// nanoseconds since the Unix epoch; differences are taken modulo 2^64 (two's complement
@@ -234,6 +247,43 @@ pub struct Reject {
     /// The leader's term, as in `Ack`.
     #[prost(uint64, tag = "3")]
     pub leader_epoch: u64,
+}
+/// What the data plane did with the traffic of an edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum EdgeVerdict {
+    /// Allowed and forwarded: a learned edge. The verdict of every edge not listed in
+    /// `Edges.verdict_position`; never sent in `Edges.verdict`.
+    Forwarded = 0,
+    /// Denied by an enforced policy (Hubble DROPPED with a policy-deny reason, Goldmane
+    /// Deny, a ztunnel policy rejection): a protect-mode observation, never learned.
+    PolicyDenied = 1,
+    /// Would have been denied by a policy in audit / dry-run mode and was let through
+    /// (Hubble AUDIT, ztunnel `dry-run:` deny lines, which carry no port: 0): a monitor-mode
+    /// observation, never learned.
+    AuditDenied = 2,
+}
+impl EdgeVerdict {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Forwarded => "EDGE_VERDICT_FORWARDED",
+            Self::PolicyDenied => "EDGE_VERDICT_POLICY_DENIED",
+            Self::AuditDenied => "EDGE_VERDICT_AUDIT_DENIED",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "EDGE_VERDICT_FORWARDED" => Some(Self::Forwarded),
+            "EDGE_VERDICT_POLICY_DENIED" => Some(Self::PolicyDenied),
+            "EDGE_VERDICT_AUDIT_DENIED" => Some(Self::AuditDenied),
+            _ => None,
+        }
+    }
 }
 /// Endpoint kinds (the identity of an endpoint).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]

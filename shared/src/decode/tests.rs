@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::edge::{self, Provider};
 use crate::flow::{
-    EndpointId, ObservationPoint, Protocol, Reserved, Timestamp, Verdict, WorkloadKind,
+    Endpoint, EndpointId, ObservationPoint, Protocol, Reserved, Timestamp, Verdict, WorkloadKind,
     WorkloadRef, labels,
 };
 
@@ -255,15 +255,46 @@ fn hubble_edges_never_use_client_ports() {
 
 #[test]
 fn ztunnel_real_text_file() {
-    let (recs, stats) = decode_numbered(Format::Ztunnel, &real("ztunnel-access.log"));
+    let (all, stats) = decode_numbered(Format::Ztunnel, &real("ztunnel-access.log"));
+    // 47 access lines and 2 dry-run denials (lines 37 and 40); the 4 other `state` lines
+    // (enforcing decisions and allows) are skips.
     assert_eq!(
         (stats.records, stats.errors),
-        (47, 0),
+        (49, 0),
         "{:?}",
         stats.first_errors
     );
-    assert_eq!(stats.skips(SkipReason::ZtunnelNonAccess), 6);
-    assert_eq!(stats.skipped_total(), 6);
+    assert_eq!(stats.skips(SkipReason::ZtunnelNonAccess), 4);
+    assert_eq!(stats.skipped_total(), 4);
+    let (dry_run, recs): (Vec<_>, Vec<_>) = all
+        .into_iter()
+        .partition(|(_, r)| r.verdict == Verdict::AuditDenied);
+    let lines: Vec<usize> = dry_run.iter().map(|(n, _)| *n).collect();
+    assert_eq!(lines, [37, 40]);
+    let dry = |time: &str, policy: Option<&str>| FlowRecord {
+        time: Some(time.parse().unwrap()),
+        node: None,
+        source: Endpoint::new(EndpointId::External(ip("10.244.0.5")))
+            .with_ip(Some(ip("10.244.0.5"))),
+        destination: Endpoint::new(pod("default", "http-server-6cbcc86f5d-lhq82")),
+        protocol: Protocol::Tcp,
+        source_port: 49084,
+        destination_port: 0,
+        observation: ObservationPoint::Ingress,
+        verdict: Verdict::AuditDenied,
+        reply: Some(false),
+        destination_dns: None,
+        policy: policy.map(Into::into),
+        connections: 1,
+    };
+    assert_eq!(
+        at(&dry_run, 37),
+        &dry(
+            "2026-08-03T15:34:57.746680Z",
+            Some("default/deny-http-server-monitor")
+        )
+    );
+    assert_eq!(at(&dry_run, 40), &dry("2026-08-03T15:36:17.033568Z", None));
     assert_eq!(
         count(&recs, |r| r.observation == ObservationPoint::Ingress),
         22
@@ -347,14 +378,44 @@ fn ztunnel_real_text_file() {
 #[test]
 fn ztunnel_real_json_file() {
     let (recs, stats) = decode_numbered(Format::Ztunnel, &real("ztunnel-access-json.log"));
+    // Lines 1–2 are dry-run denials, 3–4 access lines; line 5 (`no allow policies
+    // matched`, an enforcing decision, its peer redacted) is a skip.
     assert_eq!(
         (stats.records, stats.errors),
-        (2, 0),
+        (4, 0),
         "{:?}",
         stats.first_errors
     );
-    assert_eq!(stats.skips(SkipReason::ZtunnelNonAccess), 3);
-    assert_eq!(stats.skipped_total(), 3);
+    assert_eq!(stats.skips(SkipReason::ZtunnelNonAccess), 1);
+    assert_eq!(stats.skipped_total(), 1);
+    let dry = |time: &str, peer_port: u16, policy: Option<&str>| FlowRecord {
+        time: Some(time.parse().unwrap()),
+        node: None,
+        source: Endpoint::new(EndpointId::External(ip("10.244.0.9")))
+            .with_ip(Some(ip("10.244.0.9"))),
+        destination: Endpoint::new(pod("default", "http-server-7bbf596dd9-8gs65")),
+        protocol: Protocol::Tcp,
+        source_port: peer_port,
+        destination_port: 0,
+        observation: ObservationPoint::Ingress,
+        verdict: Verdict::AuditDenied,
+        reply: Some(false),
+        destination_dns: None,
+        policy: policy.map(Into::into),
+        connections: 1,
+    };
+    assert_eq!(
+        at(&recs, 1),
+        &dry(
+            "2026-08-11T10:45:04.121633Z",
+            46266,
+            Some("default/deny-http-server-monitor")
+        )
+    );
+    assert_eq!(
+        at(&recs, 2),
+        &dry("2026-08-11T10:46:53.334606Z", 46266, None)
+    );
     let r = at(&recs, 3);
     assert_eq!(
         (r.observation, r.destination_port, r.source_port),

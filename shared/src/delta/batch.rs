@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use ne_proto::ingest as pb;
 use ne_proto::prost::encoding::encoded_len_varint;
 
-use super::{TableSizes, sint_len, uint_len};
+use super::{EdgeClass, TableSizes, codes, sint_len, uint_len};
 use crate::table::EdgeSnapshot;
 
 /// One row as it will be written.
@@ -44,15 +44,49 @@ pub(super) struct Builder {
     prev_edge: i64,
     /// Bytes of every column element added.
     pub(super) payload: usize,
+    /// Bytes of the tag and length prefix of one length-delimited field, at most.
+    delimited: usize,
 }
 
 impl Builder {
-    pub(super) fn new(bases: TableSizes) -> Self {
+    /// A batch adding to tables of sizes `bases`, for messages of at most `max` bytes.
+    pub(super) fn new(bases: TableSizes, max: usize) -> Self {
         Builder {
             bases,
             prev_edge: -1,
+            delimited: 1 + encoded_len_varint(max as u64),
             ..Builder::default()
         }
+    }
+
+    /// Bytes the next edge addition's verdict adds: nothing for a learned edge; its
+    /// position and code otherwise, plus the two verdict columns' tags and lengths for
+    /// the batch's first such edge. (They are not in [`fixed_overhead`]: a batch without
+    /// denials must split exactly where it always did.)
+    pub(super) fn verdict_len(&self, class: EdgeClass) -> usize {
+        if class == EdgeClass::Learned {
+            return 0;
+        }
+        let columns = if self.edges.verdict.is_empty() {
+            2 * self.delimited
+        } else {
+            0
+        };
+        columns
+            + uint_len(self.edges.subject.len() as u64)
+            + uint_len(codes::edge_class_code(class) as u64)
+    }
+
+    /// Marks the next edge addition (not pushed yet) as of `class`; `verdict_len` bytes.
+    pub(super) fn push_verdict(&mut self, class: EdgeClass, verdict_len: usize) {
+        if class == EdgeClass::Learned {
+            return;
+        }
+        // Edge additions per batch are bounded by the table limits (below u32::MAX).
+        let position = self.edges.subject.len() as u32;
+        self.edges.verdict_position.push(position);
+        self.edges.verdict.push(codes::edge_class_code(class));
+        self.payload += verdict_len;
     }
 
     pub(super) fn is_empty(&self) -> bool {

@@ -3,7 +3,7 @@
 
 use ne_proto::ingest as pb;
 
-use super::DeltaError;
+use super::{DeltaError, EdgeClass};
 use crate::flow::{Direction, Protocol, Reserved, WorkloadKind};
 
 fn bad(column: &'static str, value: i32) -> DeltaError {
@@ -115,6 +115,26 @@ pub(super) fn direction(code: i32) -> Result<Direction, DeltaError> {
     })
 }
 
+/// The wire code of an edge class (`EdgeVerdict`); `Learned` is FORWARDED, the code of
+/// every edge the sparse verdict column does not list.
+pub(super) fn edge_class_code(class: EdgeClass) -> i32 {
+    let code = match class {
+        EdgeClass::Learned => pb::EdgeVerdict::Forwarded,
+        EdgeClass::Denied => pb::EdgeVerdict::PolicyDenied,
+        EdgeClass::Audit => pb::EdgeVerdict::AuditDenied,
+    };
+    code as i32
+}
+
+/// The class of a code of the sparse `verdict` column: FORWARDED is never listed there.
+pub(super) fn listed_edge_class(code: i32) -> Result<EdgeClass, DeltaError> {
+    Ok(match pb::EdgeVerdict::try_from(code) {
+        Ok(pb::EdgeVerdict::PolicyDenied) => EdgeClass::Denied,
+        Ok(pb::EdgeVerdict::AuditDenied) => EdgeClass::Audit,
+        Ok(pb::EdgeVerdict::Forwarded) | Err(_) => return Err(bad("verdict", code)),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,6 +184,10 @@ mod tests {
         for d in [Direction::Ingress, Direction::Egress] {
             assert_eq!(direction(direction_code(d)), Ok(d));
         }
+        assert_eq!(edge_class_code(EdgeClass::Learned), 0);
+        for c in [EdgeClass::Denied, EdgeClass::Audit] {
+            assert_eq!(listed_edge_class(edge_class_code(c)), Ok(c));
+        }
     }
 
     #[test]
@@ -179,6 +203,7 @@ mod tests {
             assert!(reserved(code).is_err());
             assert!(protocol(code).is_err());
             assert!(direction(code).is_err());
+            assert!(listed_edge_class(code).is_err());
         }
     }
 }

@@ -3,14 +3,15 @@
 //! Every batch is checked before anything of it is kept: sequence and table offsets,
 //! column lengths, indexes, enum codes, ports and address bytes. Additions are appended
 //! as the batch is read and taken back (with the rows' first_seen updates) when it turns
-//! out malformed, so an error leaves the decoder exactly as it was.
+//! out malformed, so an error leaves the decoder exactly as it was. Each stored edge keeps
+//! its [`EdgeClass`]; rows are handed back sorted by it ([`DecodedBatch`]).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ne_proto::ingest as pb;
 
 use super::codes;
-use super::{DecodedBatch, DeltaError, Limits, Table, TableSizes};
+use super::{DecodedBatch, DeltaError, EdgeClass, Limits, Table, TableSizes};
 use crate::edge::Edge;
 use crate::flow::{Direction, Endpoint, EndpointId, Labels, Protocol, Str, Timestamp, WorkloadRef};
 use crate::table::EdgeSnapshot;
@@ -18,6 +19,7 @@ use crate::table::EdgeSnapshot;
 /// An edge of the stream's table, by its parts in the other tables.
 #[derive(Clone, Debug)]
 struct StoredEdge {
+    class: EdgeClass,
     subject: u32,
     peer: u32,
     direction: Direction,
@@ -28,6 +30,14 @@ struct StoredEdge {
     /// The first_seen of the edge's last row, the reference of its next one (none before
     /// its first row).
     first_seen: Option<i64>,
+}
+
+/// A batch's rows, by class.
+#[derive(Default)]
+struct Classes {
+    edges: Vec<EdgeSnapshot>,
+    denials: Vec<EdgeSnapshot>,
+    audits: Vec<EdgeSnapshot>,
 }
 
 /// Decodes the batches of one stream, in order, keeping the tables they build.
@@ -202,7 +212,11 @@ impl Decoder {
         let marks = self.table_sizes();
         let mut undo = Vec::new();
         match self.apply(batch, &mut undo) {
-            Ok(edges) => {
+            Ok(Classes {
+                edges,
+                denials,
+                audits,
+            }) => {
                 self.next_sequence = Some(batch.sequence.wrapping_add(1));
                 Ok(DecodedBatch {
                     sequence: batch.sequence,
@@ -210,6 +224,8 @@ impl Decoder {
                     snapshot_end: batch.snapshot_end,
                     reset: batch.reset,
                     edges,
+                    denials,
+                    audits,
                 })
             }
             Err(error) => {
@@ -235,7 +251,7 @@ impl Decoder {
         &mut self,
         batch: &pb::Batch,
         undo: &mut Vec<(usize, Option<i64>)>,
-    ) -> Result<Vec<EdgeSnapshot>, DeltaError> {
+    ) -> Result<Classes, DeltaError> {
         check_base(Table::Strings, batch.strings_base, self.strings.len())?;
         check_base(Table::Endpoints, batch.endpoints_base, self.endpoints.len())?;
         check_base(Table::Edges, batch.edges_base, self.edges.len())?;
@@ -269,7 +285,7 @@ impl Decoder {
         }
         match &batch.rows {
             Some(rows) => self.read_rows(rows, undo),
-            None => Ok(Vec::new()),
+            None => Ok(Classes::default()),
         }
     }
 
@@ -380,8 +396,27 @@ impl Decoder {
         dense("port", &c.port, n)?;
         dense("peer_dns", &c.peer_dns, n)?;
         dense("serial", &c.serial, n)?;
+        dense("verdict", &c.verdict, c.verdict_position.len())?;
         let endpoints = self.endpoints.len();
+        // The sparse verdicts, in step with the edges: `listed` is the next one.
+        let mut listed = 0usize;
         for i in 0..n {
+            let class = match c.verdict_position.get(listed) {
+                Some(&at) if at as usize == i => {
+                    listed += 1;
+                    let class = codes::listed_edge_class(c.verdict[listed - 1])?;
+                    if let Some(&next) = c.verdict_position.get(listed)
+                        && next <= at
+                    {
+                        return Err(DeltaError::BadValue {
+                            column: "verdict_position",
+                            value: i64::from(next),
+                        });
+                    }
+                    class
+                }
+                _ => EdgeClass::Learned,
+            };
             let (subject, peer) = (c.subject[i], c.peer[i]);
             for index in [subject, peer] {
                 if index as usize >= endpoints {
@@ -393,6 +428,7 @@ impl Decoder {
                 value: i64::from(c.port[i]),
             })?;
             let edge = StoredEdge {
+                class,
                 subject,
                 peer,
                 direction: codes::direction(c.direction[i])?,
@@ -404,19 +440,29 @@ impl Decoder {
             };
             self.edges.push(edge);
         }
-        Ok(())
+        match c.verdict_position.len() - listed {
+            0 => Ok(()),
+            // Positions past the batch's edges (or out of order before them).
+            left => Err(DeltaError::ColumnLeftOver {
+                column: "verdict_position",
+                left,
+            }),
+        }
     }
 
     fn read_rows(
         &mut self,
         c: &pb::Rows,
         undo: &mut Vec<(usize, Option<i64>)>,
-    ) -> Result<Vec<EdgeSnapshot>, DeltaError> {
+    ) -> Result<Classes, DeltaError> {
         let n = c.edge.len();
         dense("count", &c.count, n)?;
         dense("last_seen", &c.last_seen, n)?;
         dense("first_seen", &c.first_seen, n)?;
-        let mut out = Vec::with_capacity(n);
+        let mut out = Classes {
+            edges: Vec::with_capacity(n),
+            ..Classes::default()
+        };
         let mut prev: i64 = -1;
         for i in 0..n {
             let index = i128::from(prev) + i128::from(c.edge[i]);
@@ -436,7 +482,12 @@ impl Decoder {
             // Stored edges refer to endpoints that existed when they were added, and tables
             // only shrink all together (reset) or by a failed batch's own additions.
             let edge = &self.edges[at];
-            out.push(EdgeSnapshot {
+            let class = match edge.class {
+                EdgeClass::Learned => &mut out.edges,
+                EdgeClass::Denied => &mut out.denials,
+                EdgeClass::Audit => &mut out.audits,
+            };
+            class.push(EdgeSnapshot {
                 edge: Edge {
                     subject: self.endpoints[edge.subject as usize].clone(),
                     direction: edge.direction,

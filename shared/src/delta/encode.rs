@@ -2,7 +2,8 @@
 //!
 //! An entry whose edge the peer knows becomes one row; a new edge first gets its
 //! additions planned ([`Part`]), checked against the table limits and the message budget,
-//! and only then committed to the tables and the batch ([`Builder`]).
+//! and only then committed to the tables and the batch ([`Builder`]). An edge's
+//! [`EdgeClass`] is part of its identity: the agent's tables have independent serials.
 
 use std::hash::BuildHasher;
 
@@ -12,7 +13,7 @@ use ne_proto::ingest as pb;
 use super::batch::{Builder, append_endpoints, fixed_overhead, push_address, push_code, push_u32};
 use super::codes;
 use super::intern::Interner;
-use super::{Limits, MIN_MESSAGE_BYTES, TableSizes, uint_len};
+use super::{EdgeClass, Limits, MIN_MESSAGE_BYTES, TableSizes, uint_len};
 use crate::edge::Edge;
 use crate::flow::{Direction, Endpoint, EndpointId, Protocol, Str};
 use crate::table::EdgeSnapshot;
@@ -23,6 +24,7 @@ const NO_STRING: u32 = u32::MAX;
 /// An edge the peer knows, by its parts in the other tables.
 #[derive(Debug)]
 struct KnownEdge {
+    class: EdgeClass,
     subject: u32,
     peer: u32,
     direction: Direction,
@@ -51,6 +53,8 @@ pub struct Encoder {
     limits: Limits,
     oversized: u64,
     resets: u64,
+    /// The message limit of the current call.
+    max: usize,
 }
 
 impl Default for Encoder {
@@ -87,6 +91,7 @@ impl Encoder {
             limits: limits.clamped(),
             oversized: 0,
             resets: 0,
+            max: MIN_MESSAGE_BYTES,
         }
     }
 
@@ -102,6 +107,9 @@ impl Encoder {
     ///
     /// An entry too large for one message even alone, or alone beyond the table
     /// [`Limits`], is skipped and counted in [`Encoder::oversized`].
+    ///
+    /// All entries are learned ones ([`EdgeClass::Learned`]); see
+    /// [`Encoder::encode_classes`] for denials.
     pub fn encode(
         &mut self,
         sequence_start: u64,
@@ -109,12 +117,34 @@ impl Encoder {
         edges: &[EdgeSnapshot],
         max_message_bytes: usize,
     ) -> Vec<pb::Batch> {
+        self.encode_classes(
+            sequence_start,
+            snapshot,
+            &[(EdgeClass::Learned, edges)],
+            max_message_bytes,
+        )
+    }
+
+    /// [`Encoder::encode`] for entries of several tables at once: each slice holds the
+    /// entries of one [`EdgeClass`], and rows follow the order of `classes`, then of each
+    /// slice. A class may appear more than once or not at all. With `snapshot`, the
+    /// slices together are the whole of the agent's tables.
+    pub fn encode_classes(
+        &mut self,
+        sequence_start: u64,
+        snapshot: bool,
+        classes: &[(EdgeClass, &[EdgeSnapshot])],
+        max_message_bytes: usize,
+    ) -> Vec<pb::Batch> {
         let max = max_message_bytes.max(MIN_MESSAGE_BYTES);
+        self.max = max;
         let budget = max.saturating_sub(fixed_overhead(max));
         let mut out = Vec::new();
-        let mut builder = Builder::new(self.table_sizes());
-        for snap in edges {
-            self.add(&mut builder, &mut out, snap, budget);
+        let mut builder = Builder::new(self.table_sizes(), max);
+        for &(class, edges) in classes {
+            for snap in edges {
+                self.add(&mut builder, &mut out, class, snap, budget);
+            }
         }
         // An empty batch that resets must still go out: the tables were cleared here.
         if !builder.is_empty() || builder.reset || (snapshot && out.is_empty()) {
@@ -154,10 +184,11 @@ impl Encoder {
         &mut self,
         builder: &mut Builder,
         out: &mut Vec<pb::Batch>,
+        class: EdgeClass,
         snap: &EdgeSnapshot,
         budget: usize,
     ) {
-        if let Some(index) = self.find_edge(&snap.edge, snap.serial) {
+        if let Some(index) = self.find_edge(class, &snap.edge, snap.serial) {
             let reference = self.edges.get(index).first_seen;
             let mut row = builder.row(index, snap, reference);
             if builder.payload + row.len > budget && !builder.is_empty() {
@@ -173,10 +204,10 @@ impl Encoder {
             return;
         }
 
-        let mut part = self.plan(snap);
+        let mut part = self.plan(class, snap);
         if !self.within_limits(&part) {
             self.reset(builder, out);
-            part = self.plan(snap);
+            part = self.plan(class, snap);
             if !self.within_limits(&part) {
                 self.oversized += 1;
                 return;
@@ -185,21 +216,24 @@ impl Encoder {
         // New edges get the next index; their first row's reference is its own last_seen.
         let index = self.edges.len() as u32;
         let mut row = builder.row(index, snap, snap.last_seen.0);
-        if builder.payload + part.payload + row.len > budget && !builder.is_empty() {
+        let mut verdict = builder.verdict_len(class);
+        if builder.payload + part.payload + verdict + row.len > budget && !builder.is_empty() {
             self.flush(builder, out);
             row = builder.row(index, snap, snap.last_seen.0);
+            verdict = builder.verdict_len(class);
         }
-        if part.payload + row.len > budget {
+        if part.payload + verdict + row.len > budget {
             self.oversized += 1;
             return;
         }
+        builder.push_verdict(class, verdict);
         self.commit(builder, part, snap);
         builder.push_row(row);
     }
 
     /// Closes `builder` into `out` and starts the next batch.
     fn flush(&self, builder: &mut Builder, out: &mut Vec<pb::Batch>) {
-        let full = std::mem::replace(builder, Builder::new(self.table_sizes()));
+        let full = std::mem::replace(builder, Builder::new(self.table_sizes(), self.max));
         out.push(full.finish());
     }
 
@@ -212,7 +246,7 @@ impl Encoder {
         self.endpoints.clear();
         self.edges.clear();
         self.resets += 1;
-        *builder = Builder::new(TableSizes::default());
+        *builder = Builder::new(TableSizes::default(), self.max);
         builder.reset = true;
     }
 
@@ -222,11 +256,13 @@ impl Encoder {
             && self.edges.len() < self.limits.edges
     }
 
-    /// The index of `edge` (incarnation `serial`) in the peer's edge table.
-    fn find_edge(&self, edge: &Edge, serial: u64) -> Option<u32> {
+    /// The index of `edge` (incarnation `serial` of a `class` table) in the peer's edge
+    /// table.
+    fn find_edge(&self, class: EdgeClass, edge: &Edge, serial: u64) -> Option<u32> {
         let (endpoints, strings) = (&self.endpoints, &self.strings);
         self.edges.find(self.hasher.hash_one(serial), |k| {
             k.serial == serial
+                && k.class == class
                 && k.port == edge.port
                 && k.protocol == edge.protocol
                 && k.direction == edge.direction
@@ -240,7 +276,7 @@ impl Encoder {
     }
 
     /// The additions a new edge needs (nothing is changed yet).
-    fn plan(&self, snap: &EdgeSnapshot) -> Part {
+    fn plan(&self, class: EdgeClass, snap: &EdgeSnapshot) -> Part {
         let edge = &snap.edge;
         let mut part = Part::default();
         let subject = self.endpoint_ref(&edge.subject, &mut part);
@@ -257,6 +293,7 @@ impl Encoder {
             + uint_len(u64::from(dns.wrapping_add(1)))
             + uint_len(snap.serial);
         part.edge = Some(KnownEdge {
+            class,
             subject,
             peer,
             direction: edge.direction,

@@ -13,6 +13,13 @@
 //! (`delta::tests` asserts ≤ 16 bytes). The wire format, field by field, is documented in
 //! `proto/proto/networkenforcer/ingest/v1/ingest.proto`.
 //!
+//! Verdicts: the agent keeps learned edges and observed denials in separate tables, and
+//! ships them all on its one stream. [`Encoder::encode_classes`] takes entries of several
+//! [`EdgeClass`]es at once; the class travels with the edge addition (a sparse column, so a
+//! stream without denials costs no byte more, `delta::tests` pins it) and is part of the
+//! edge's identity at both ends, since every table has its own serials. A
+//! [`DecodedBatch`] hands the classes back apart: `edges`, `denials` and `audits`.
+//!
 //! Both ends must see the same batches in the same order: an encoder and a decoder belong
 //! to one stream and are dropped with it. A decoder checks sequence numbers and table
 //! offsets, so a lost or reordered batch is an error, never silently wrong data.
@@ -74,6 +81,34 @@ impl Default for Limits {
             strings: 1 << 21,
             endpoints: 1 << 21,
             edges: 1 << 21,
+        }
+    }
+}
+
+/// Which of the agent's tables an entry comes from: what the data plane did with its
+/// traffic (`ingest.proto`'s `EdgeVerdict`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EdgeClass {
+    /// Forwarded traffic: a learned edge.
+    Learned,
+    /// Traffic an enforced policy denied (`Verdict::PolicyDenied`): a protect-mode
+    /// observation.
+    Denied,
+    /// Traffic a dry-run / audit policy would have denied (`Verdict::AuditDenied`): a
+    /// monitor-mode observation.
+    Audit,
+}
+
+impl EdgeClass {
+    /// Every class, in wire-code order.
+    pub const ALL: [EdgeClass; 3] = [EdgeClass::Learned, EdgeClass::Denied, EdgeClass::Audit];
+
+    /// `learned`, `denied` or `audit` (a bounded metric label value).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EdgeClass::Learned => "learned",
+            EdgeClass::Denied => "denied",
+            EdgeClass::Audit => "audit",
         }
     }
 }
@@ -208,8 +243,34 @@ pub struct DecodedBatch {
     /// The tables were started over before this batch (informational: it changes nothing
     /// about the entries).
     pub reset: bool,
-    /// The entries: counts and times are totals since the agent created the entry.
+    /// The learned entries ([`EdgeClass::Learned`]): counts and times are totals since the
+    /// agent created the entry.
     pub edges: Vec<EdgeSnapshot>,
+    /// The policy denials ([`EdgeClass::Denied`]), as `edges`.
+    pub denials: Vec<EdgeSnapshot>,
+    /// The audit / dry-run denials ([`EdgeClass::Audit`]), as `edges`.
+    pub audits: Vec<EdgeSnapshot>,
+}
+
+impl DecodedBatch {
+    /// The entries of `class`.
+    pub fn class(&self, class: EdgeClass) -> &[EdgeSnapshot] {
+        match class {
+            EdgeClass::Learned => &self.edges,
+            EdgeClass::Denied => &self.denials,
+            EdgeClass::Audit => &self.audits,
+        }
+    }
+
+    /// Entries of every class.
+    pub fn len(&self) -> usize {
+        self.edges.len() + self.denials.len() + self.audits.len()
+    }
+
+    /// No entry of any class.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// The encoded size of the `AgentMessage` that carries `batch`: what tonic compares with

@@ -1,4 +1,5 @@
-//! Property tests: arbitrary entries round-trip over many batches of one stream at random
+//! Property tests: arbitrary entries of every class (learned, denied, audit; serials
+//! colliding across classes) round-trip over many batches of one stream at random
 //! message limits and table limits; arbitrary bytes and mutated batches never panic the
 //! decoder, and a rejected batch leaves it unchanged.
 
@@ -8,7 +9,7 @@ use ne_proto::ingest as pb;
 use ne_proto::prost::Message;
 use proptest::prelude::*;
 
-use super::tests::decode_all;
+use super::tests::decode_classes;
 use super::*;
 use crate::edge::Edge;
 use crate::flow::{
@@ -138,6 +139,43 @@ fn entries() -> impl Strategy<Value = Vec<(Edge, u64)>> {
     prop::collection::vec((edge(), prop_oneof![0u64..8, any::<u64>()]), 1..12)
 }
 
+/// Table entries of any class; often the same edge and serial in two classes (the agent's
+/// tables number their entries independently).
+fn class_entries() -> impl Strategy<Value = Vec<(EdgeClass, Edge, u64)>> {
+    (entries(), prop::collection::vec(any::<u8>(), 12)).prop_map(|(entries, picks)| {
+        let mut out = Vec::new();
+        for ((edge, serial), pick) in entries.into_iter().zip(picks) {
+            let class = EdgeClass::ALL[usize::from(pick % 3)];
+            if pick & 0x80 != 0 {
+                let twin = EdgeClass::ALL[usize::from(pick % 3 + 1) % 3];
+                out.push((twin, edge.clone(), serial));
+            }
+            out.push((class, edge, serial));
+        }
+        out
+    })
+}
+
+/// `sent` as `encode_classes` takes it: runs of one class.
+fn runs(sent: &[(EdgeClass, EdgeSnapshot)]) -> Vec<(EdgeClass, Vec<EdgeSnapshot>)> {
+    let mut out: Vec<(EdgeClass, Vec<EdgeSnapshot>)> = Vec::new();
+    for (class, snap) in sent {
+        match out.last_mut() {
+            Some((c, run)) if c == class => run.push(snap.clone()),
+            _ => out.push((*class, vec![snap.clone()])),
+        }
+    }
+    out
+}
+
+/// The entries of `class` in `sent`, in order.
+fn of_class(sent: &[(EdgeClass, EdgeSnapshot)], class: EdgeClass) -> Vec<EdgeSnapshot> {
+    sent.iter()
+        .filter(|(c, _)| *c == class)
+        .map(|(_, s)| s.clone())
+        .collect()
+}
+
 /// A round: which entries are sent, with their (count, first_seen, last_seen).
 fn rounds() -> impl Strategy<Value = Vec<Vec<(usize, u64, i64, i64)>>> {
     prop::collection::vec(
@@ -175,7 +213,7 @@ proptest! {
 
     #[test]
     fn entries_round_trip_over_many_batches(
-        entries in entries(),
+        entries in class_entries(),
         rounds in rounds(),
         max_bytes in prop::collection::vec(64usize..3000, 5),
         limits in small_limits(),
@@ -184,35 +222,41 @@ proptest! {
         let (mut enc, mut dec) = (Encoder::with_limits(limits), Decoder::with_limits(limits));
         let mut sequence = 1;
         for (r, round) in rounds.iter().enumerate() {
-            let sent: Vec<EdgeSnapshot> = round
+            let sent: Vec<(EdgeClass, EdgeSnapshot)> = round
                 .iter()
                 .map(|&(pick, count, first, last)| {
-                    let (edge, serial) = &entries[pick % entries.len()];
-                    EdgeSnapshot {
+                    let (class, edge, serial) = &entries[pick % entries.len()];
+                    (*class, EdgeSnapshot {
                         edge: edge.clone(),
                         count,
                         first_seen: Timestamp(first),
                         last_seen: Timestamp(last),
                         serial: *serial,
-                    }
+                    })
                 })
                 .collect();
+            let runs = runs(&sent);
+            let classes: Vec<(EdgeClass, &[EdgeSnapshot])> =
+                runs.iter().map(|(c, run)| (*c, run.as_slice())).collect();
             let max = max_bytes[r % max_bytes.len()];
             let skipped_before = enc.oversized();
-            let batches = enc.encode(sequence, r == 0, &sent, max);
+            let batches = enc.encode_classes(sequence, r == 0, &classes, max);
             for (i, b) in batches.iter().enumerate() {
                 prop_assert!(agent_message_len(b) <= max);
                 prop_assert_eq!(b.sequence, sequence + i as u64);
                 prop_assert_eq!(b.snapshot_end, r == 0 && i + 1 == batches.len());
             }
             sequence += batches.len() as u64;
-            let decoded = decode_all(&mut dec, &batches);
+            let decoded = decode_classes(&mut dec, &batches);
             let skipped = (enc.oversized() - skipped_before) as usize;
-            prop_assert_eq!(decoded.len() + skipped, sent.len());
-            if max >= 2000 {
-                prop_assert_eq!(&decoded, &sent);
-            } else {
-                prop_assert!(is_subsequence(&decoded, &sent));
+            prop_assert_eq!(decoded.iter().map(Vec::len).sum::<usize>() + skipped, sent.len());
+            for (class, decoded) in EdgeClass::ALL.into_iter().zip(&decoded) {
+                let sent = of_class(&sent, class);
+                if max >= 2000 {
+                    prop_assert_eq!(decoded, &sent);
+                } else {
+                    prop_assert!(is_subsequence(decoded, &sent));
+                }
             }
             prop_assert_eq!(enc.table_sizes(), dec.table_sizes());
         }
@@ -230,28 +274,31 @@ proptest! {
 
     #[test]
     fn mutated_batches_are_rejected_cleanly_or_decoded(
-        entries in entries(),
-        mutations in prop::collection::vec((0usize..24, 0u8..3, any::<u64>()), 1..4),
+        entries in class_entries(),
+        mutations in prop::collection::vec((0usize..26, 0u8..3, any::<u64>()), 1..4),
         flips in prop::collection::vec((any::<usize>(), any::<u8>()), 0..3),
     ) {
-        let snaps: Vec<EdgeSnapshot> = entries
+        let snaps: Vec<(EdgeClass, EdgeSnapshot)> = entries
             .iter()
             .enumerate()
-            .map(|(i, (edge, serial))| EdgeSnapshot {
+            .map(|(i, (class, edge, serial))| (*class, EdgeSnapshot {
                 edge: edge.clone(),
                 count: i as u64,
                 first_seen: Timestamp(i as i64),
                 last_seen: Timestamp(10 + i as i64),
                 serial: *serial,
-            })
+            }))
             .collect();
+        let runs = runs(&snaps);
+        let classes: Vec<(EdgeClass, &[EdgeSnapshot])> =
+            runs.iter().map(|(c, run)| (*c, run.as_slice())).collect();
         let mut enc = Encoder::new();
-        let batches = enc.encode(1, true, &snaps, 300);
+        let batches = enc.encode_classes(1, true, &classes, 300);
         // What the intact stream decodes to (entries too large for 300 bytes are skipped).
-        let expected = decode_all(&mut Decoder::new(), &batches);
+        let expected = decode_classes(&mut Decoder::new(), &batches);
         let target = mutations[0].2 as usize % batches.len();
         let mut dec = Decoder::new();
-        let before = decode_all(&mut dec, &batches[..target]);
+        let before = decode_classes(&mut dec, &batches[..target]);
 
         let mut broken = batches[target].clone();
         for &(column, op, value) in &mutations {
@@ -272,8 +319,12 @@ proptest! {
         if dec.decode(&broken).is_err() {
             prop_assert_eq!(dec.table_sizes(), sizes);
             // Unchanged: the intact batches still decode to what was sent.
-            let rest = decode_all(&mut dec, &batches[target..]);
-            let all: Vec<EdgeSnapshot> = before.into_iter().chain(rest).collect();
+            let rest = decode_classes(&mut dec, &batches[target..]);
+            let all: Vec<Vec<EdgeSnapshot>> = before
+                .into_iter()
+                .zip(rest)
+                .map(|(before, rest)| before.into_iter().chain(rest).collect())
+                .collect();
             prop_assert_eq!(all, expected);
         }
     }
@@ -321,6 +372,8 @@ fn mutate(b: &mut pb::Batch, column: usize, op: u8, value: u64) {
         20 => apply(&mut rows.edge, op, vi64 % 8, value),
         21 => apply(&mut rows.count, op, value, value),
         22 => apply(&mut rows.first_seen, op, vi64, value),
+        23 => apply(&mut ed.verdict_position, op, v32 % 16, value),
+        24 => apply(&mut ed.verdict, op, vi32 % 4, value),
         _ => b.snapshot_end = !b.snapshot_end,
     }
 }

@@ -129,6 +129,22 @@ pub(super) fn decode_all(decoder: &mut Decoder, batches: &[pb::Batch]) -> Vec<Ed
         .collect()
 }
 
+/// Decodes `batches` in order and returns every entry, by class (learned, denied, audit).
+pub(super) fn decode_classes(
+    decoder: &mut Decoder,
+    batches: &[pb::Batch],
+) -> Vec<Vec<EdgeSnapshot>> {
+    let mut out = vec![Vec::new(); 3];
+    for b in batches {
+        let d = decoder.decode(b).expect("a batch the encoder made decodes");
+        assert_eq!(d.len(), d.edges.len() + d.denials.len() + d.audits.len());
+        for (i, class) in EdgeClass::ALL.into_iter().enumerate() {
+            out[i].extend_from_slice(d.class(class));
+        }
+    }
+    out
+}
+
 #[test]
 fn every_shape_round_trips_and_a_second_send_needs_no_additions() {
     let (mut enc, mut dec) = (Encoder::new(), Decoder::new());
@@ -689,4 +705,241 @@ fn messages_survive_the_wire_and_errors_read_well() {
         error.to_string(),
         "endpoint index 12 out of range (table holds 3)"
     );
+}
+
+/// Total `AgentMessage` bytes of a fixed learned-only stream: the snapshot of `variety()`
+/// and of 1000 node-like edges, then two steady-state deltas. Pinned to the figures of the
+/// codec before the verdict dimension existed: a stream without denials costs exactly
+/// what it did.
+fn learned_only_stream_bytes() -> Vec<usize> {
+    let mut rng = XorShift(0x5eed);
+    let mut enc = Encoder::new();
+    let mut sizes = Vec::new();
+    let mut sequence = 1;
+    let mut edges = variety();
+    edges.extend(node_like(1000, &mut rng));
+    let mut send = |enc: &mut Encoder, snapshot: bool, edges: &[EdgeSnapshot]| {
+        let batches = enc.encode(sequence, snapshot, edges, DEFAULT_MAX_MESSAGE_BYTES);
+        sequence += batches.len() as u64;
+        batches.iter().map(agent_message_len).sum::<usize>()
+    };
+    sizes.push(send(&mut enc, true, &edges));
+    let mut now = 1_780_003_600_000_000_000;
+    for interval_ns in [1_000_000_000u64, 10_000_000_000] {
+        now += interval_ns as i64;
+        advance(&mut edges, now, interval_ns, &mut rng);
+        sizes.push(send(&mut enc, false, &edges));
+    }
+    sizes
+}
+
+#[test]
+fn a_stream_without_denials_costs_the_bytes_it_always_did() {
+    // Measured on the codec of commit 1dfc93d (learned edges only).
+    assert_eq!(learned_only_stream_bytes(), [30048, 9676, 9944]);
+}
+
+/// The same entries in all three classes: three edges each (a denial and a learned edge
+/// with equal endpoints, port and serial are never confused), in one call and in one
+/// batch; a later delta of known edges of every class needs no addition.
+#[test]
+fn classes_round_trip_apart_even_with_equal_edges_and_serials() {
+    let (mut enc, mut dec) = (Encoder::new(), Decoder::new());
+    let edges = variety();
+    let mut denied = edges.clone();
+    for s in &mut denied {
+        s.count += 1;
+    }
+    let audit: Vec<EdgeSnapshot> = edges[..3].to_vec();
+    let classes = [
+        (EdgeClass::Denied, denied.as_slice()),
+        (EdgeClass::Learned, edges.as_slice()),
+        (EdgeClass::Audit, audit.as_slice()),
+    ];
+    let first = enc.encode_classes(1, true, &classes, DEFAULT_MAX_MESSAGE_BYTES);
+    assert_eq!(first.len(), 1);
+    let columns = first[0].edges.as_ref().unwrap();
+    // Denials first (positions 0..10), then the learned edges (unlisted), then 3 audits.
+    let positions: Vec<u32> = (0..10).chain(20..23).collect();
+    assert_eq!(columns.verdict_position, positions);
+    assert_eq!(columns.verdict[0], pb::EdgeVerdict::PolicyDenied as i32);
+    assert_eq!(columns.verdict[12], pb::EdgeVerdict::AuditDenied as i32);
+    assert_eq!(enc.table_sizes().edges, 23);
+    let got = decode_classes(&mut dec, &first);
+    assert_eq!(got, [edges.clone(), denied.clone(), audit.clone()]);
+    assert_eq!(enc.table_sizes(), dec.table_sizes());
+
+    let mut later = denied.clone();
+    later[4].count += 100;
+    let classes = [
+        (EdgeClass::Audit, &audit[1..2]),
+        (EdgeClass::Denied, &later[4..5]),
+        (EdgeClass::Learned, &edges[4..5]),
+    ];
+    let second = enc.encode_classes(2, false, &classes, DEFAULT_MAX_MESSAGE_BYTES);
+    assert!(second[0].edges.is_none() && second[0].endpoints.is_none());
+    let got = decode_classes(&mut dec, &second);
+    assert_eq!(
+        got,
+        [
+            edges[4..5].to_vec(),
+            later[4..5].to_vec(),
+            audit[1..2].to_vec()
+        ]
+    );
+}
+
+/// A small message limit splits a mixed stream anywhere; positions are per batch, and
+/// every entry still arrives in its class.
+#[test]
+fn small_limits_split_mixed_classes_with_positions_per_batch() {
+    let mut rng = XorShift(11);
+    let edges = node_like(200, &mut rng);
+    let (learned, rest) = edges.split_at(100);
+    let (denied, audit) = rest.split_at(60);
+    for limit in [300usize, 1000, 5000] {
+        let (mut enc, mut dec) = (Encoder::new(), Decoder::new());
+        let classes = [
+            (EdgeClass::Audit, audit),
+            (EdgeClass::Learned, learned),
+            (EdgeClass::Denied, denied),
+        ];
+        let batches = enc.encode_classes(1, true, &classes, limit);
+        assert!(batches.len() > 1, "limit {limit}");
+        for b in &batches {
+            assert!(agent_message_len(b) <= limit, "limit {limit}");
+            if let Some(e) = &b.edges {
+                assert!(
+                    e.verdict_position
+                        .iter()
+                        .all(|&p| (p as usize) < e.subject.len())
+                );
+                assert!(e.verdict_position.windows(2).all(|w| w[0] < w[1]));
+            }
+        }
+        assert_eq!(enc.oversized(), 0);
+        let got = decode_classes(&mut dec, &batches);
+        assert_eq!(got, [learned.to_vec(), denied.to_vec(), audit.to_vec()]);
+    }
+}
+
+/// A mixed batch whose verdict columns are damaged: each is a typed error, and the
+/// decoder is unchanged afterwards.
+#[test]
+fn malformed_verdict_columns_are_typed_errors_that_change_nothing() {
+    use DeltaError as E;
+    let edges = variety();
+    let classes = [
+        (EdgeClass::Learned, &edges[..4]),
+        (EdgeClass::Denied, &edges[4..7]),
+        (EdgeClass::Audit, &edges[7..]),
+    ];
+    let batch = Encoder::new().encode_classes(1, true, &classes, DEFAULT_MAX_MESSAGE_BYTES);
+    let intact = &batch[0];
+    assert_eq!(
+        intact.edges.as_ref().unwrap().verdict_position,
+        [4, 5, 6, 7, 8, 9]
+    );
+    type Mutation = fn(&mut pb::Edges);
+    let cases: Vec<(Mutation, DeltaError)> = vec![
+        (
+            |e| e.verdict[1] = 7,
+            E::BadValue {
+                column: "verdict",
+                value: 7,
+            },
+        ),
+        (
+            |e| e.verdict[0] = pb::EdgeVerdict::Forwarded as i32,
+            E::BadValue {
+                column: "verdict",
+                value: 0,
+            },
+        ),
+        (
+            |e| e.verdict[2] = -1,
+            E::BadValue {
+                column: "verdict",
+                value: -1,
+            },
+        ),
+        (
+            |e| {
+                e.verdict.pop();
+            },
+            E::ColumnLength {
+                column: "verdict",
+                expected: 6,
+                got: 5,
+            },
+        ),
+        (
+            |e| e.verdict_position[5] = 10,
+            E::ColumnLeftOver {
+                column: "verdict_position",
+                left: 1,
+            },
+        ),
+        (
+            |e| e.verdict_position[1] = 4,
+            E::BadValue {
+                column: "verdict_position",
+                value: 4,
+            },
+        ),
+        (
+            |e| e.verdict_position.swap(2, 3),
+            E::BadValue {
+                column: "verdict_position",
+                value: 6,
+            },
+        ),
+        (
+            |e| {
+                e.verdict_position.push(u32::MAX);
+                e.verdict.push(1);
+            },
+            E::ColumnLeftOver {
+                column: "verdict_position",
+                left: 1,
+            },
+        ),
+    ];
+    for (mutate, expected) in cases {
+        let mut broken = intact.clone();
+        mutate(broken.edges.as_mut().unwrap());
+        let mut dec = Decoder::new();
+        assert_eq!(dec.decode(&broken), Err(expected.clone()));
+        assert_eq!(dec.table_sizes(), TableSizes::default(), "{expected}");
+        let got = decode_classes(&mut dec, &batch);
+        assert_eq!(
+            got,
+            [
+                edges[..4].to_vec(),
+                edges[4..7].to_vec(),
+                edges[7..].to_vec()
+            ],
+            "{expected}"
+        );
+    }
+}
+
+/// Denials cost what learned edges cost, plus about two bytes per new denied edge (its
+/// position and verdict) and a few bytes per batch for the two columns.
+#[test]
+fn a_denial_costs_its_position_and_verdict_once() {
+    let mut rng = XorShift(0x5eed);
+    let edges = node_like(1000, &mut rng);
+    let learned = Encoder::new().encode(1, true, &edges, DEFAULT_MAX_MESSAGE_BYTES);
+    let denied = Encoder::new().encode_classes(
+        1,
+        true,
+        &[(EdgeClass::Denied, &edges)],
+        DEFAULT_MAX_MESSAGE_BYTES,
+    );
+    let bytes = |b: &[pb::Batch]| b.iter().map(agent_message_len).sum::<usize>();
+    let extra = bytes(&denied) - bytes(&learned);
+    // Positions 0..1000: 128 one-byte and 872 two-byte varints; 1000 one-byte codes; two
+    // tags and two length prefixes.
+    assert_eq!(extra, 128 + 872 * 2 + 1000 + 2 * (1 + 2));
 }

@@ -299,9 +299,9 @@ pub async fn leader(args: RoleArgs) -> anyhow::Result<()> {
     };
     loop {
         tokio::select! {
-            _ = probe.tick() => flusher.probe(&index.read().await?),
+            _ = probe.tick() => flusher.probe(&index.read().await?.edges),
             _ = flush.tick() => {
-                let merged = index.read().await?;
+                let merged = index.read().await?.edges;
                 flusher.probe(&merged);
                 flusher.flush(&merged)?;
             }

@@ -211,6 +211,44 @@ fn prost_and_json_paths_build_identical_records() {
     }
 }
 
+/// Goldmane `Deny` is a policy denial: the real record (an Allow) with its action set to
+/// Deny, through the prost path the source uses, lands in the sink's denials and never
+/// in the learned table; the record as published is learned and is no denial.
+#[test]
+fn a_deny_action_becomes_a_denial_and_is_never_learned() {
+    let line = &lines(&real_path())[0];
+    let sink = |_: ()| {
+        crate::sink::FlowSink::new(
+            Arc::new(FlowTable::new(100)),
+            Arc::new(AgentMetrics::default()),
+            Provider::Calico,
+            "goldmane",
+        )
+        .with_denials(Arc::new(FlowTable::new(100)))
+        .with_audits(Arc::new(FlowTable::new(100)))
+    };
+    let allowed = sink(());
+    allowed.record(&record_of_flow(&flow_of_json(line)).unwrap());
+    assert_eq!(allowed.table().len(), 1);
+    assert!(allowed.denials().unwrap().is_empty());
+
+    let mut flow = flow_of_json(line);
+    flow.key.as_mut().unwrap().action = Action::Deny as i32;
+    let record = record_of_flow(&flow).unwrap();
+    assert_eq!(record.verdict, Verdict::PolicyDenied);
+    let denied = sink(());
+    denied.record(&record);
+    assert!(denied.table().is_empty());
+    assert!(denied.audits().unwrap().is_empty());
+    let kept = denied.denials().unwrap().snapshot();
+    let learned = allowed.table().snapshot();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(
+        kept[0].edge, learned[0].edge,
+        "the same edge, kept as a denial"
+    );
+}
+
 #[test]
 fn configuration_is_checked_before_any_dial() {
     let all = TlsFiles {

@@ -21,7 +21,7 @@ use super::{HubbleMessage, LostEventSource, NodeStatus, decode_response};
 use crate::decode::DecodeError;
 use crate::decode::hubble::{FlowCore, FlowFields, endpoint_id, flow_core};
 use crate::edge::{self, EdgeSkip, Learnable, Provider};
-use crate::flow::{Direction, FlowRecord, Timestamp, Verdict};
+use crate::flow::{Direction, FlowRecord, Timestamp};
 use crate::table::{EdgeKeyRef, FlowTable, RecordOutcome};
 
 /// What [`HubbleDecoder::record`] did with one `GetFlowsResponse`.
@@ -34,9 +34,10 @@ pub enum HubbleRecorded {
         /// The table's answer, or why the flow teaches no edge.
         outcome: Result<RecordOutcome, EdgeSkip>,
     },
-    /// A policy denial, decoded in full for the caller to keep as a protect-mode
-    /// observation. Nothing was recorded (a denial teaches no edge).
-    PolicyDenied(Box<FlowRecord>),
+    /// A policy denial or an audit-mode denial ([`Verdict::is_denial`]), decoded in full
+    /// for the caller to keep as a protect- or monitor-mode observation. Nothing was
+    /// recorded (a denial teaches no edge).
+    Denial(Box<FlowRecord>),
     /// Events lost before they reached the stream: a learning gap to count.
     LostEvents {
         /// Where they were lost.
@@ -114,7 +115,7 @@ fn record_fields(
         dst_ip,
         ..flow_core(fields)?
     };
-    if core.verdict == Verdict::PolicyDenied {
+    if core.verdict.is_denial() {
         return record_slow(table, bytes, provider);
     }
     let time = fields.time;
@@ -166,8 +167,8 @@ fn record_slow(
     provider: Provider,
 ) -> Result<HubbleRecorded, DecodeError> {
     Ok(match decode_response(bytes)? {
-        HubbleMessage::Flow(record) if record.verdict == Verdict::PolicyDenied => {
-            HubbleRecorded::PolicyDenied(Box::new(record))
+        HubbleMessage::Flow(record) if record.verdict.is_denial() => {
+            HubbleRecorded::Denial(Box::new(record))
         }
         HubbleMessage::Flow(record) => HubbleRecorded::Flow {
             time: record.time,

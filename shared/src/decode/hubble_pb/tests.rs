@@ -945,9 +945,7 @@ fn record_slow(
     provider: Provider,
 ) -> Result<HubbleRecorded, DecodeError> {
     Ok(match decode_response(bytes)? {
-        HubbleMessage::Flow(f) if f.verdict == Verdict::PolicyDenied => {
-            HubbleRecorded::PolicyDenied(Box::new(f))
-        }
+        HubbleMessage::Flow(f) if f.verdict.is_denial() => HubbleRecorded::Denial(Box::new(f)),
         HubbleMessage::Flow(f) => HubbleRecorded::Flow {
             time: f.time,
             outcome: table.record_flow(&f, provider),

@@ -49,9 +49,10 @@ pub enum ZtunnelRecorded {
     },
     /// A line that carries no flow, as [`super::decode`] reports it.
     Skip(SkipReason),
-    /// A policy rejection, decoded but not recorded: the caller records it as any decoded
-    /// record (it teaches no edge, [`EdgeSkip::NotForwarded`], and is a denial,
-    /// [`edge::derive_denial`]). Rare, so boxed.
+    /// A policy rejection or a dry-run deny line ([`Verdict::is_denial`]), decoded but
+    /// not recorded: the caller records it as any decoded record (it teaches no edge,
+    /// [`EdgeSkip::NotForwarded`], and is a denial, [`edge::derive_denial`], or an audit
+    /// denial, [`edge::derive_audit`]). Rare, so boxed.
     Denial(Box<FlowRecord>),
 }
 
@@ -84,9 +85,7 @@ fn slow(
     provider: Provider,
 ) -> Result<ZtunnelRecorded, DecodeError> {
     Ok(match parse(line)? {
-        Line::Record(r) if r.verdict == Verdict::PolicyDenied => {
-            ZtunnelRecorded::Denial(Box::new(r))
-        }
+        Line::Record(r) if r.verdict.is_denial() => ZtunnelRecorded::Denial(Box::new(r)),
         Line::Record(r) => ZtunnelRecorded::Flow {
             time: r.time,
             outcome: table.record_flow(&r, provider),
@@ -253,8 +252,11 @@ fn header(line: &[u8]) -> Option<Result<(Option<Timestamp>, usize), SkipReason>>
     let target = token(line, &mut at);
     if target != b"access" && target != b"access:" {
         // Another target, unless it is empty or has span fields (the slow path decides).
+        // A `state` target may be a dry-run denial (module `dryrun`): the slow path reads it.
         let named = target.strip_suffix(b":").unwrap_or(target);
-        let plain_target = !named.is_empty() && !target.iter().any(|&b| b == b'{' || b == b'}');
+        let plain_target = !named.is_empty()
+            && !std::str::from_utf8(named).is_ok_and(super::dryrun::is_state)
+            && !target.iter().any(|&b| b == b'{' || b == b'}');
         return plain_target.then_some(Err(SkipReason::ZtunnelNonAccess));
     }
     // The message runs up to the first word with a `=`; it must be `connection complete`

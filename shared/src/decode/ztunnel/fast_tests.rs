@@ -21,9 +21,7 @@ fn record_slow(
     provider: Provider,
 ) -> Result<ZtunnelRecorded, DecodeError> {
     Ok(match decode_line(Format::Ztunnel, payload)? {
-        Decoded::Record(r) if r.verdict == Verdict::PolicyDenied => {
-            ZtunnelRecorded::Denial(Box::new(r))
-        }
+        Decoded::Record(r) if r.verdict.is_denial() => ZtunnelRecorded::Denial(Box::new(r)),
         Decoded::Record(r) => ZtunnelRecorded::Flow {
             time: r.time,
             outcome: table.record_flow(&r, provider),
@@ -244,6 +242,8 @@ fn arb_line() -> BoxedStrategy<Vec<u8>> {
             "access:",
             "xds",
             "state:proxy{wl=a}:inbound{id=1 peer=1.2.3.4:5}:",
+            "state:proxy{wl=ns/pod}:inbound{id=1 peer=10.0.0.9:4000}",
+            "state",
             "ztunnel::state",
             "acc{ess",
             ":",
@@ -259,6 +259,9 @@ fn arb_line() -> BoxedStrategy<Vec<u8>> {
             "connection failed",
             "connection complete extra",
             "connection",
+            "dry-run: deny policy match",
+            "dry-run: no allow policies match",
+            "deny policy match",
             "",
         ]),
     )
@@ -306,6 +309,7 @@ fn arb_line() -> BoxedStrategy<Vec<u8>> {
         r#"{"level":"info","time":"2026-08-03T15:48:10.413052Z","scope":"access","message":"connection complete","src.addr":"10.244.0.5:34704","src.workload":"c","src.namespace":"default","src.identity":"spiffe://cluster.local/ns/default/sa/c","dst.addr":"10.244.1.5:15008","dst.hbone_addr":"10.244.1.5:18080","dst.workload":"s","dst.namespace":"default","direction":"inbound"}"#,
         r#"{"scope":"access","message":"connection complete","src.addr":"1.2.3.4:5","dst.addr":"10.0.0.1:80","direction":"inbound","error":"connection closed due to policy rejection"}"#,
         r#"{"scope":"ztunnel::state","message":"dry-run: no allow policies match"}"#,
+        r#"{"time":"2026-08-11T10:45:04.121633Z","scope":"ztunnel::state","message":"dry-run: deny policy match","policy":"ns/p","proxy":{"wl":"ns/pod"},"inbound":{"peer":"10.0.0.9:4000"}}"#,
         r#"{"scope":"access""#,
     ])
     .prop_map(String::into_bytes);
@@ -456,7 +460,7 @@ fn real_lines_record_like_the_slow_path() {
     for provider in [Provider::Istio, Provider::Cilium] {
         // ztunnel-access.log has 53 lines: 47 access lines, 3 of them policy rejections
         // (denials, decoded by the slow path), and 6 `state:proxy{…}` lines (span
-        // fields in the header: the slow path groups them). The fast path decides the
+        // fields in the header: the slow path groups them; 2 are dry-run denials). The fast path decides the
         // other 44 itself, tab- or space-separated, with or without a time, quoted or
         // bare values, errors that are not policy rejections.
         assert_eq!(

@@ -7,14 +7,16 @@
 //! Rust Debug style. JSON lines (`LOG_FORMAT=json`) carry `scope`, `message` and the same
 //! keys with dots in their names.
 //!
-//! Only target `access` with message `connection complete` makes a record; other targets
-//! (`state:…`, `ztunnel::state`, `dns`, `xds`) and messages are counted skips, decided
-//! before any field is parsed.
+//! Target `access` with message `connection complete` makes a record, and so do the
+//! dry-run deny lines of target `state:…` / scope `ztunnel::state` (module `dryrun`:
+//! audit denials, port 0); other targets (`dns`, `xds`), other `state` lines and other
+//! messages are counted skips, decided before any field is parsed.
 //!
 //! [`decode`] builds an owned record per line. The agent instead uses [`record_line`]
 //! (module `fast`), which reads the edge's key from the line and records it in the
 //! `FlowTable` directly, falling back to [`decode`] for anything unusual.
 
+mod dryrun;
 mod fast;
 mod scan;
 
@@ -61,6 +63,9 @@ struct Access<'a> {
     direction: Option<CowStr<'a>>,
     #[serde(borrow)]
     error: Option<CowStr<'a>>,
+    /// The policy a `state` line names (text lines; JSON lines are read by `dryrun`).
+    #[serde(skip)]
+    policy: Option<CowStr<'a>>,
 }
 
 impl<'a> Access<'a> {
@@ -77,6 +82,7 @@ impl<'a> Access<'a> {
             "dst.identity" => &mut self.dst_identity,
             "direction" => &mut self.direction,
             "error" => &mut self.error,
+            "policy" => &mut self.policy,
             _ => return, // bytes_*, duration, dst.service, src.protocol, ...
         };
         *slot = Some(CowStr(value));
@@ -127,6 +133,10 @@ fn decode_json(line: &[u8]) -> Result<Line, DecodeError> {
     let a: Access<'_> = serde_json::from_slice(line).map_err(DecodeError::json)?;
     match a.scope.as_deref() {
         Some("access") => {}
+        Some(scope) if dryrun::is_state(scope) => {
+            let message = a.message.as_deref().unwrap_or("");
+            return dryrun::json(line, message, a.time.as_deref());
+        }
         Some(_) => return Ok(Line::Skip(SkipReason::ZtunnelNonAccess)),
         None => return Err(DecodeError::MissingField("scope")),
     }
@@ -207,6 +217,9 @@ pub(crate) fn looks_like_text(line: &[u8]) -> bool {
 
 fn decode_text(line: &str) -> Result<Line, DecodeError> {
     let h = header(line)?;
+    if dryrun::is_state(h.target) {
+        return dryrun::text(h.time, h.target, h.rest);
+    }
     if h.target != "access" {
         return Ok(Line::Skip(SkipReason::ZtunnelNonAccess));
     }
