@@ -965,17 +965,167 @@ fn the_test_data_plane_teaches_what_the_cluster_tests_expect() {
     }
 }
 
+/// What an agent makes of data-plane `lines`: learned edges, denials and dry-run denials,
+/// each merged as the leader's index would hold them.
+fn agent_tables(
+    format: ne_shared::decode::Format,
+    provider: ne_shared::edge::Provider,
+    lines: &str,
+) -> (
+    Vec<ne_shared::index::MergedEdge>,
+    Vec<ne_shared::index::MergedEdge>,
+    Vec<ne_shared::index::MergedEdge>,
+) {
+    use ne_shared::edge::{derive_audit, derive_denial};
+    use ne_shared::table::FlowTable;
+    let (edges, denials, audits) = (
+        FlowTable::new(100),
+        FlowTable::new(100),
+        FlowTable::new(100),
+    );
+    let stats = ne_shared::decode::decode_lines(format, lines.as_bytes(), |record| {
+        let _ = edges.record_flow(&record, provider);
+        let time = record.time.unwrap_or_default();
+        if let Ok(edge) = derive_denial(&record) {
+            denials.record(&edge, time, 1);
+        }
+        if let Ok(edge) = derive_audit(&record) {
+            audits.record(&edge, time, 1);
+        }
+    });
+    assert_eq!(stats.errors, 0, "{lines}");
+    let merged = |t: FlowTable| {
+        t.snapshot()
+            .into_iter()
+            .map(|e| ne_shared::index::MergedEdge {
+                edge: e.edge,
+                count: e.count,
+                first_seen: e.first_seen,
+                last_seen: e.last_seen,
+            })
+            .collect()
+    };
+    (merged(edges), merged(denials), merged(audits))
+}
+
+/// The policy promoting the `api` ingress proposal learned from `learned`, in `mode`.
+fn promoted(
+    learned: &[ne_shared::index::MergedEdge],
+    snapshot: &ne_shared::resolve::ClusterSnapshot,
+    provider: ne_shared::edge::Provider,
+    ns: &str,
+    mode: Mode,
+) -> WorkloadNetworkPolicy {
+    let proposal = ne_leader::live::render_with(
+        learned,
+        snapshot,
+        provider,
+        &ne_shared::allowlist::LearnOptions::default(),
+    )
+    .unwrap()
+    .into_iter()
+    .find(|p| p.metadata.name.as_deref() == Some("deployment-api-ingress"))
+    .unwrap();
+    let mut w = WorkloadNetworkPolicy::new(
+        "deployment-api-ingress",
+        ne_crds::WorkloadNetworkPolicySpec {
+            backend: proposal.spec.backend,
+            kubernetes: proposal.spec.kubernetes.clone(),
+            istio: proposal.spec.istio.clone(),
+            target_ref: proposal.spec.target_ref.clone(),
+            direction: proposal.spec.direction,
+            mode,
+        },
+    );
+    w.metadata.namespace = Some(ns.to_owned());
+    w
+}
+
+/// Without a cluster: the Istio violation test's ztunnel lines (an access line and a
+/// dry-run line for the same connection to 9090, a policy rejection to 7070) make the one
+/// monitor record and the protect record it waits for.
+#[test]
+fn the_ztunnel_lines_make_the_violations_the_istio_cluster_test_expects() {
+    use ne_leader::violations::detect::{Traffic, detect};
+    use ne_leader::violations::record::merge;
+    use ne_shared::decode::Format;
+    use ne_shared::edge::Provider;
+
+    let ns = "ne-e2e-app-1";
+    let snapshot = e2e_cluster(ns);
+    let (web_pod, api_pod) = (pod_name("web"), pod_name("api"));
+    let tables = |lines: &str| agent_tables(Format::Ztunnel, Provider::Istio, lines);
+    let (learned, _, _) = tables(&ztunnel_line(ns, &web_pod, &api_pod, 8080));
+    let monitor = [promoted(
+        &learned,
+        &snapshot,
+        Provider::Istio,
+        ns,
+        Mode::Monitor,
+    )];
+    let key = (ns.to_owned(), "deployment-api-ingress".to_owned());
+
+    let (_, _, audits) = tables(&ztunnel_dry_run_line(ns, &api_pod));
+    assert_eq!((audits.len(), audits[0].edge.port), (1, 0), "{audits:?}");
+    let (edges, _, _) = tables(&ztunnel_line(ns, &web_pod, &api_pod, 9090));
+    let found = detect(
+        Traffic {
+            edges: &edges,
+            audits: &audits,
+            ..Traffic::default()
+        },
+        &monitor,
+        &snapshot,
+        ne_crds::Backend::Istio,
+    );
+    assert!(found.unattributed.is_empty(), "{:?}", found.unattributed);
+    let observations = &found.observations[&key];
+    assert_eq!(observations.len(), 2, "the check and the dry-run line");
+    let record = merge(&Default::default(), observations);
+    assert_eq!(record.status.violations.len(), 1, "one record, not two");
+    let r = &record.status.violations[0];
+    assert_eq!(
+        (r.port, r.source.name.as_deref(), r.source.identity.clone()),
+        (
+            9090,
+            Some("web"),
+            Some(format!("cluster.local/ns/{ns}/sa/web"))
+        )
+    );
+
+    let (forwarded, denials, _) = tables(&ztunnel_denied_line(ns, &web_pod, &api_pod, 7070));
+    assert!(forwarded.is_empty(), "a rejection teaches nothing");
+    let protect = [promoted(
+        &learned,
+        &snapshot,
+        Provider::Istio,
+        ns,
+        Mode::Protect,
+    )];
+    let found = detect(
+        Traffic {
+            denials: &denials,
+            ..Traffic::default()
+        },
+        &protect,
+        &snapshot,
+        ne_crds::Backend::Istio,
+    );
+    let o = &found.observations[&key];
+    assert_eq!(
+        (o.len(), o[0].port, o[0].mode, o[0].source.name.as_deref()),
+        (1, 7070, Mode::Protect, Some("web"))
+    );
+}
+
 /// Without a cluster: the violation test's flows, resolved against the objects it creates
 /// and checked against the policy its promotion makes, are the records it waits for (a
 /// monitor record for 9090, a protect record for the denied 7070, nothing for 8080).
 #[test]
 fn the_test_data_plane_makes_the_violations_the_cluster_test_expects() {
     use ne_leader::violations::detect::{Traffic, detect};
-    use ne_shared::allowlist::LearnOptions;
-    use ne_shared::decode::{Format, decode_lines};
-    use ne_shared::edge::{Provider, derive_denial};
-    use ne_shared::index::MergedEdge;
-    use ne_shared::table::FlowTable;
+    use ne_shared::decode::Format;
+    use ne_shared::edge::Provider;
 
     let ns = "ne-e2e-app-1";
     let snapshot = e2e_cluster(ns);
@@ -994,64 +1144,19 @@ fn the_test_data_plane_makes_the_violations_the_cluster_test_expects() {
         app: "api",
         deployment: None,
     };
-    // What the agent makes of Hubble JSON: learned edges and denials, apart.
-    let tables = |lines: &str| {
-        let (edges, denials) = (FlowTable::new(100), FlowTable::new(100));
-        decode_lines(Format::HubbleJson, lines.as_bytes(), |record| {
-            let _ = edges.record_flow(&record, Provider::Cilium);
-            if let Ok(edge) = derive_denial(&record) {
-                denials.record(&edge, record.time.unwrap_or_default(), 1);
-            }
-        });
-        let merged = |t: FlowTable| -> Vec<MergedEdge> {
-            t.snapshot()
-                .into_iter()
-                .map(|e| MergedEdge {
-                    edge: e.edge,
-                    count: e.count,
-                    first_seen: e.first_seen,
-                    last_seen: e.last_seen,
-                })
-                .collect()
-        };
-        (merged(edges), merged(denials))
-    };
-    let (learned, _) = tables(&tcp_flow(&web, &api, 8080));
-    let proposal = ne_leader::live::render_with(
-        &learned,
-        &snapshot,
-        Provider::Cilium,
-        &LearnOptions::default(),
-    )
-    .unwrap()
-    .into_iter()
-    .find(|p| p.metadata.name.as_deref() == Some("deployment-api-ingress"))
-    .unwrap();
-    let policy = |mode: Mode| {
-        let mut w = WorkloadNetworkPolicy::new(
-            "deployment-api-ingress",
-            ne_crds::WorkloadNetworkPolicySpec {
-                backend: proposal.spec.backend,
-                kubernetes: proposal.spec.kubernetes.clone(),
-                istio: None,
-                target_ref: proposal.spec.target_ref.clone(),
-                direction: proposal.spec.direction,
-                mode,
-            },
-        );
-        w.metadata.namespace = Some(ns.to_owned());
-        vec![w]
-    };
+    let tables = |lines: &str| agent_tables(Format::HubbleJson, Provider::Cilium, lines);
+    let (learned, _, _) = tables(&tcp_flow(&web, &api, 8080));
+    let policy = |mode| promoted(&learned, &snapshot, Provider::Cilium, ns, mode);
     let key = (ns.to_owned(), "deployment-api-ingress".to_owned());
 
-    let (mut edges, _) = tables(&tcp_flow(&web, &api, 9090));
+    let (mut edges, _, _) = tables(&tcp_flow(&web, &api, 9090));
     edges.extend(learned.iter().cloned());
     let found = detect(
         Traffic {
             edges: &edges,
             ..Traffic::default()
         },
-        &policy(Mode::Monitor),
+        &[policy(Mode::Monitor)],
         &snapshot,
         ne_crds::Backend::Kubernetes,
     );
@@ -1068,14 +1173,14 @@ fn the_test_data_plane_makes_the_violations_the_cluster_test_expects() {
     );
     assert_eq!(monitor[0].destination.name.as_deref(), Some("api"));
 
-    let (forwarded, denials) = tables(&denied_tcp_flow(&web, &api, 7070));
+    let (forwarded, denials, _) = tables(&denied_tcp_flow(&web, &api, 7070));
     assert!(forwarded.is_empty(), "a denial teaches nothing");
     let found = detect(
         Traffic {
             denials: &denials,
             ..Traffic::default()
         },
-        &policy(Mode::Protect),
+        &[policy(Mode::Protect)],
         &snapshot,
         ne_crds::Backend::Kubernetes,
     );
