@@ -229,6 +229,10 @@ async fn main() -> anyhow::Result<()> {
             _ = flush.tick() => {
                 let started = Instant::now();
                 let merged = index.read().await?.edges;
+                // Arrivals the probe has not seen yet arrived now, at this read.
+                for m in merged.iter().filter(|m| m.edge.port >= 9000) {
+                    arrived.entry(tuple_of(&m.edge)).or_insert(started);
+                }
                 let traffic = Traffic { edges: &merged, ..Traffic::default() };
                 let detected = detect(traffic, &policies, &RecordOnly, Backend::Kubernetes);
                 let now = Time(k8s_openapi::jiff::Timestamp::now());
