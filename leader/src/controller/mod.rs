@@ -383,4 +383,59 @@ mod tests {
         assert_eq!(policies[0].status.as_ref().unwrap().last_violation_id, 0);
         assert!(mine.is_empty());
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unattributed_denials_are_counted_and_reported_once_per_growth() {
+        use ne_shared::otel_names as otel;
+        let (collector, endpoint) = ne_telemetry::testing::Collector::serve().await;
+        let env = |k: &str| (k == "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT").then(|| endpoint.clone());
+        let config = ne_telemetry::logs::LogsConfig::from_env(env, "ne-leader", &[])
+            .unwrap()
+            .unwrap();
+        let (sender, _task) = ne_telemetry::logs::start(config, otel::LOG_SCOPE, Arc::default());
+        let metrics = metrics::ControllerMetrics::default();
+        let mut unattributed = Unattributed::new(ne_shared::edge::Provider::Calico, sender.clone());
+        let denial = |count| Observation {
+            source: ne_crds::WorkloadEndpointRef {
+                ip: Some("203.0.113.9".to_owned()),
+                ..Default::default()
+            },
+            destination: ne_crds::WorkloadEndpointRef {
+                namespace: Some("shop".to_owned()),
+                kind: Some("Deployment".to_owned()),
+                name: Some("api".to_owned()),
+                ..Default::default()
+            },
+            protocol: "UDP".to_owned(),
+            port: 53,
+            direction: ne_crds::PolicyDirection::Ingress,
+            mode: ne_crds::Mode::Protect,
+            count,
+            first_seen: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+            last_seen: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        };
+        // Rounds see cumulative totals: 2, 2 again (nothing new), then 5.
+        for count in [2, 2, 5] {
+            unattributed.report(&[denial(count)], &metrics);
+        }
+        sender.flush().await;
+        let events = collector.all();
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert_eq!(metrics.violations_unattributed.get(), 5);
+        let e = &events[1].attributes;
+        for (key, want) in [
+            (otel::POLICY_REF_NAMESPACE, serde_json::json!("")),
+            (otel::POLICY_REF_NAME, serde_json::json!("")),
+            (otel::VIOLATION_ID, serde_json::json!(0)),
+            (otel::VIOLATION_COUNT, serde_json::json!(5)),
+            (otel::ENFORCEMENT_PROVIDER, serde_json::json!("calico")),
+            (otel::ACTION, serde_json::json!("protect")),
+            (otel::SOURCE_WORKLOAD_NAME, serde_json::json!("203.0.113.9")),
+            (otel::SOURCE_WORKLOAD_KIND, serde_json::json!("External")),
+            (otel::NETWORK_TRANSPORT, serde_json::json!("udp")),
+            (otel::DESTINATION_PORT, serde_json::json!(53)),
+        ] {
+            assert_eq!(e.get(key), Some(&want), "{key}");
+        }
+    }
 }
