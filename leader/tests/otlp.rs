@@ -92,7 +92,66 @@ async fn the_leader_exports_its_metrics_to_an_otlp_receiver() {
         "network_enforcer_leader_ingest_lag_seconds",
         "network_enforcer_leader_edges",
         "network_enforcer_leader_api_writes_deferred",
+        // Violations and the log exporter's own counters are in the same exposition.
+        "network_enforcer_violations_unattributed",
+        "network_enforcer_otel_log_events_exported",
     ] {
         assert!(names.contains(&name), "{name} not in {names:?}");
     }
+}
+
+/// `ne-leader run` with `args` and the OTLP endpoint `endpoint` (the other OTEL variables
+/// cleared); kept running until the caller kills it.
+fn leader_with_endpoint(endpoint: &str, args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_ne-leader"))
+        .args([
+            "run",
+            "--provider",
+            "istio",
+            "--standalone",
+            "--insecure-ingest",
+        ])
+        .args([
+            "--ingest-address",
+            "127.0.0.1:0",
+            "--metrics-address",
+            "127.0.0.1:0",
+        ])
+        .args(args)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        .env_remove("OTEL_SDK_DISABLED")
+        .env_remove("NE_OTEL")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn otel_none_exports_nothing_and_reads_no_otel_variable() {
+    use std::io::{BufRead, BufReader};
+    // A malformed endpoint stops a leader that exports, naming the variable...
+    let out = leader_with_endpoint("otel:4317", &[])
+        .wait_with_output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("OTEL_EXPORTER_OTLP_ENDPOINT"), "{stderr}");
+    // ...and is never read with --otel none: the leader runs and says nothing is exported.
+    let mut leader = leader_with_endpoint("otel:4317", &["--otel", "none"]);
+    let lines = BufReader::new(leader.stderr.take().unwrap()).lines();
+    let (mut said_off, mut listening) = (false, false);
+    for line in lines {
+        let line = line.unwrap();
+        said_off |= line.contains("violation log events are not exported");
+        if line.contains("ingest listening") {
+            listening = true;
+            break;
+        }
+    }
+    leader.kill().unwrap();
+    leader.wait().unwrap();
+    assert!(listening, "the leader runs");
+    assert!(said_off, "the leader says its log events are not exported");
 }
