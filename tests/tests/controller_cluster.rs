@@ -18,7 +18,7 @@ mod cluster;
 use std::path::PathBuf;
 use std::process::Command;
 
-use cluster::hubble::{Hubble, Side, denied_tcp_flow, tcp_flow};
+use cluster::hubble::{Hubble, Side, denied_tcp_flow, denied_tcp_flow_at, tcp_flow};
 use cluster::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -1039,6 +1039,155 @@ fn promoted(
     );
     w.metadata.namespace = Some(ns.to_owned());
     w
+}
+
+/// A Calico Goldmane flow (protojson, as Goldmane's API returns it) `web → api:port` that
+/// a policy denied, reported by the source (`Src`, its egress) or the destination (`Dst`).
+fn goldmane_denied(ns: &str, web: &str, api: &str, port: u16, reporter: &str) -> String {
+    let line = json!({
+        "Key": {
+            "sourceName": web, "sourceNamespace": ns, "sourceType": "WorkloadEndpoint",
+            "destName": api, "destNamespace": ns, "destType": "WorkloadEndpoint",
+            "destPort": port.to_string(), "proto": "tcp", "reporter": reporter, "action": "Deny",
+            "destServiceName": "-", "destServiceNamespace": "-", "destServicePortName": "-",
+            "policies": {"enforcedPolicies": [{"kind": "NetworkPolicy", "namespace": ns, "name": "deny-all", "tier": "default", "action": "Deny"}]},
+        },
+        "startTime": "1764970845", "endTime": "1764970860",
+        "sourceLabels": ["app=web"], "destLabels": ["app=api"],
+        "numConnectionsStarted": "1", "numConnectionsCompleted": "0", "numConnectionsLive": "0",
+    });
+    format!("{line}\n")
+}
+
+/// Without a cluster, per provider: a denial reported by each data plane, in its own
+/// format, lands on the protect policy of the workload and direction that saw it, and on no
+/// other, although each workload's two policies share one selector (the reference
+/// implementation's known failure: it attributed by selector).
+#[test]
+fn denials_of_every_provider_land_on_the_policy_of_the_side_that_saw_them() {
+    use ne_leader::violations::detect::{Traffic, detect};
+    use ne_shared::decode::Format;
+    use ne_shared::edge::Provider;
+
+    let ns = "ne-e2e-app-1";
+    let snapshot = e2e_cluster(ns);
+    let (web_pod, api_pod) = (pod_name("web"), pod_name("api"));
+    let side = |pod, ip, app, deployment| Side {
+        namespace: ns,
+        pod,
+        ip,
+        app,
+        deployment,
+    };
+    let (web, api) = (
+        side(&web_pod, WEB_IP, "web", Some("web")),
+        side(&api_pod, API_IP, "api", None),
+    );
+    // A protect policy per workload and direction; a workload's two share its selector.
+    let policies = |backend: &str| -> Vec<WorkloadNetworkPolicy> {
+        let mut out = Vec::new();
+        for app in ["api", "web"] {
+            for direction in ["Ingress", "Egress"] {
+                let payload = if backend == "istio" {
+                    json!({"istio": {"selector": {"matchLabels": {"app": app}}}})
+                } else {
+                    json!({"kubernetes": {"podSelector": {"matchLabels": {"app": app}}, "policyTypes": [direction]}})
+                };
+                let mut spec = json!({
+                    "backend": backend, "mode": "protect", "direction": direction,
+                    "targetRef": {"kind": "Deployment", "name": app},
+                });
+                spec.as_object_mut()
+                    .unwrap()
+                    .extend(payload.as_object().unwrap().clone());
+                out.push(
+                    serde_json::from_value(json!({
+                        "apiVersion": "networkenforcer.kubewarden.io/v1alpha1",
+                        "kind": "WorkloadNetworkPolicy",
+                        "metadata": {"name": format!("deployment-{app}-{}", direction.to_lowercase()), "namespace": ns},
+                        "spec": spec,
+                    }))
+                    .unwrap(),
+                );
+            }
+        }
+        out
+    };
+    let cases = [
+        (
+            "cilium, dropped at api's ingress",
+            Format::HubbleJson,
+            Provider::Cilium,
+            denied_tcp_flow(&web, &api, 7070),
+            "deployment-api-ingress",
+        ),
+        (
+            "cilium, dropped at web's egress",
+            Format::HubbleJson,
+            Provider::Cilium,
+            denied_tcp_flow_at(&web, &api, 7070, false),
+            "deployment-web-egress",
+        ),
+        (
+            "calico, denied as reported by the source",
+            Format::GoldmaneJson,
+            Provider::Calico,
+            goldmane_denied(ns, &web_pod, &api_pod, 7070, "Src"),
+            "deployment-web-egress",
+        ),
+        (
+            "calico, denied as reported by the destination",
+            Format::GoldmaneJson,
+            Provider::Calico,
+            goldmane_denied(ns, &web_pod, &api_pod, 7070, "Dst"),
+            "deployment-api-ingress",
+        ),
+        (
+            "istio, rejected by ztunnel at api",
+            Format::Ztunnel,
+            Provider::Istio,
+            ztunnel_denied_line(ns, &web_pod, &api_pod, 7070),
+            "deployment-api-ingress",
+        ),
+    ];
+    for (case, format, provider, line, want) in cases {
+        let (learned, denials, _) = agent_tables(format, provider, &line);
+        assert!(learned.is_empty(), "{case}: a denial teaches nothing");
+        assert_eq!(denials.len(), 1, "{case}: {denials:?}");
+        let backend = if provider == Provider::Istio {
+            ne_crds::Backend::Istio
+        } else {
+            ne_crds::Backend::Kubernetes
+        };
+        let policies = policies(if provider == Provider::Istio {
+            "istio"
+        } else {
+            "kubernetes"
+        });
+        let found = detect(
+            Traffic {
+                denials: &denials,
+                ..Traffic::default()
+            },
+            &policies,
+            &snapshot,
+            backend,
+        );
+        let landed: Vec<&str> = found.observations.keys().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(landed, [want], "{case}");
+        let o = &found.observations[&(ns.to_owned(), want.to_owned())][0];
+        assert_eq!(
+            (
+                o.mode,
+                o.port,
+                o.source.name.as_deref(),
+                o.destination.name.as_deref()
+            ),
+            (Mode::Protect, 7070, Some("web"), Some("api")),
+            "{case}"
+        );
+        assert!(found.unattributed.is_empty(), "{case}");
+    }
 }
 
 /// Without a cluster: the Istio violation test's ztunnel lines (an access line and a

@@ -112,8 +112,14 @@ pub fn tcp_flow(src: &Side<'_>, dst: &Side<'_>, port: u16) -> String {
 /// A TCP connection `src → dst:port` a policy at the destination dropped, as Hubble reports
 /// it: `DROPPED` with `POLICY_DENIED`, at the destination's ingress. One JSON line.
 pub fn denied_tcp_flow(src: &Side<'_>, dst: &Side<'_>, port: u16) -> String {
+    denied_tcp_flow_at(src, dst, port, true)
+}
+
+/// As [`denied_tcp_flow`], dropped at the destination's ingress when `at_ingress`, else at
+/// the source's egress (an egress policy of the source).
+pub fn denied_tcp_flow_at(src: &Side<'_>, dst: &Side<'_>, port: u16, at_ingress: bool) -> String {
     let mut line: serde_json::Value =
-        serde_json::from_str(&observed(src, dst, port, true)).unwrap();
+        serde_json::from_str(&observed(src, dst, port, at_ingress)).unwrap();
     line["flow"]["verdict"] = json!("DROPPED");
     line["flow"]["drop_reason_desc"] = json!("POLICY_DENIED");
     line["flow"]["event_type"] = json!({"type": 1, "sub_type": 133});
