@@ -26,6 +26,7 @@ use kube::Client;
 use ne_crds::Backend;
 use ne_shared::allowlist::{LearnOptions, backend_for};
 use ne_shared::edge::Provider;
+use ne_shared::resolve::ClusterSnapshot;
 use ne_telemetry::logs::LogSender;
 
 use crate::ingest::Leadership;
@@ -60,6 +61,9 @@ pub struct Controller {
     settings: Settings,
     config: Config,
     metrics: Arc<metrics::ControllerMetrics>,
+    /// The resolver of the last round and the store generation it was built at, with the
+    /// count of objects it left out.
+    resolver: Option<(u64, ClusterSnapshot, usize)>,
     /// Violation fields written and not yet seen in the cache, by policy.
     written: HashMap<(String, String), WrittenViolations>,
     unattributed: Unattributed,
@@ -130,6 +134,7 @@ impl Controller {
             config,
             metrics,
             written: HashMap::new(),
+            resolver: None,
             _reflectors: reflectors,
         })
     }
@@ -142,13 +147,24 @@ impl Controller {
     ) -> anyhow::Result<Outcome> {
         let merged = traffic.edges;
         let started = Instant::now();
-        let (snapshot, skipped_objects) = self.stores.snapshot();
+        // The resolver is rebuilt only when a store it reads changed (at 10 000 pods a
+        // rebuild costs about 0.2 s, see BENCHMARKS.md "snapshot").
+        let generation = self.stores.resolver_generation();
+        let resolver = match self.resolver.take() {
+            Some(cached) if cached.0 == generation => cached,
+            _ => {
+                let (snapshot, skipped) = self.stores.snapshot();
+                (generation, snapshot, skipped)
+            }
+        };
+        let (_, snapshot, skipped_objects) = &*self.resolver.insert(resolver);
+        let skipped_objects = *skipped_objects;
         self.metrics
             .objects_skipped
             .set(i64::try_from(skipped_objects).unwrap_or(i64::MAX));
         let (summary, learned) = crate::live::learn_merged(
             merged,
-            &snapshot,
+            snapshot,
             self.settings.provider,
             &self.settings.options,
         )?;
@@ -179,7 +195,7 @@ impl Controller {
         // Whole seconds, as the API server stores times: a condition written now compares
         // equal when read back.
         let detected =
-            crate::violations::detect::detect(traffic, &policies, &snapshot, self.config.backend);
+            crate::violations::detect::detect(traffic, &policies, snapshot, self.config.backend);
         for ((namespace, name), error) in &detected.errors {
             tracing::warn!(policy = %format!("{namespace}/{name}"), %error, "cannot check traffic against the policy");
         }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
@@ -42,6 +43,8 @@ pub struct Stores {
     pub network_policies: Store<NetworkPolicy>,
     /// `None` when Istio's AuthorizationPolicy CRD is not served.
     pub authorization_policies: Option<Store<AuthorizationPolicy>>,
+    /// Events applied to the stores the resolver reads (namespaces, pods, their owners).
+    resolver_changes: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Stores {
@@ -54,8 +57,13 @@ impl std::fmt::Debug for Stores {
     }
 }
 
-/// Starts a reflector for `K` cluster-wide; the task runs until dropped (aborted).
-fn reflect<K>(client: &Client, tasks: &mut Vec<JoinHandle<()>>) -> Store<K>
+/// Starts a reflector for `K` cluster-wide; the task runs until dropped (aborted). Every
+/// event applied to the store bumps `changes`, when given.
+fn reflect<K>(
+    client: &Client,
+    tasks: &mut Vec<JoinHandle<()>>,
+    changes: Option<&Arc<AtomicU64>>,
+) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
@@ -70,11 +78,19 @@ where
             })
         })
         .default_backoff();
+    let changes = changes.cloned();
     tasks.push(tokio::spawn(async move {
         reflector::reflector(writer, stream)
             .for_each(|event| {
-                if let Err(error) = event {
-                    tracing::warn!(%kind, %error, "watch failed; retrying with backoff");
+                match event {
+                    Ok(_) => {
+                        if let Some(changes) = &changes {
+                            changes.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%kind, %error, "watch failed; retrying with backoff");
+                    }
                 }
                 futures::future::ready(())
             })
@@ -88,19 +104,22 @@ impl Stores {
     /// served, see [`authorization_policies_served`]).
     pub fn start(client: &Client, istio: bool) -> (Self, Vec<JoinHandle<()>>) {
         let mut tasks = Vec::new();
+        let changes = Arc::new(AtomicU64::new(0));
+        let resolver = Some(&changes);
         let stores = Stores {
-            namespaces: reflect(client, &mut tasks),
-            pods: reflect(client, &mut tasks),
-            replicasets: reflect(client, &mut tasks),
-            deployments: reflect(client, &mut tasks),
-            statefulsets: reflect(client, &mut tasks),
-            daemonsets: reflect(client, &mut tasks),
-            jobs: reflect(client, &mut tasks),
-            cronjobs: reflect(client, &mut tasks),
-            proposals: reflect(client, &mut tasks),
-            policies: reflect(client, &mut tasks),
-            network_policies: reflect(client, &mut tasks),
-            authorization_policies: istio.then(|| reflect(client, &mut tasks)),
+            namespaces: reflect(client, &mut tasks, resolver),
+            pods: reflect(client, &mut tasks, resolver),
+            replicasets: reflect(client, &mut tasks, resolver),
+            deployments: reflect(client, &mut tasks, resolver),
+            statefulsets: reflect(client, &mut tasks, resolver),
+            daemonsets: reflect(client, &mut tasks, resolver),
+            jobs: reflect(client, &mut tasks, resolver),
+            cronjobs: reflect(client, &mut tasks, resolver),
+            proposals: reflect(client, &mut tasks, None),
+            policies: reflect(client, &mut tasks, None),
+            network_policies: reflect(client, &mut tasks, None),
+            authorization_policies: istio.then(|| reflect(client, &mut tasks, None)),
+            resolver_changes: changes.clone(),
         };
         (stores, tasks)
     }
@@ -123,6 +142,12 @@ impl Stores {
             aps.wait_until_ready().await?;
         }
         Ok(())
+    }
+
+    /// A number that changes whenever a store the resolver reads changed: a snapshot built
+    /// after reading it is current until it moves.
+    pub fn resolver_generation(&self) -> u64 {
+        self.resolver_changes.load(Ordering::Relaxed)
     }
 
     /// The resolver over the current objects, and the count of objects it left out.
