@@ -148,7 +148,7 @@ impl Controller {
         let merged = traffic.edges;
         let started = Instant::now();
         // The resolver is rebuilt only when a store it reads changed (at 10 000 pods a
-        // rebuild costs about 0.2 s, see BENCHMARKS.md "snapshot").
+        // rebuild costs about 0.16 s, see BENCHMARKS.md "snapshot").
         let generation = self.stores.resolver_generation();
         let resolver = match self.resolver.take() {
             Some(cached) if cached.0 == generation => cached,
@@ -192,8 +192,6 @@ impl Controller {
         overlay(&mut policies, &mut self.written);
         let network_policies = owned(&self.stores.network_policies);
         let authorization_policies = self.stores.authorization_policies.as_ref().map(owned);
-        // Whole seconds, as the API server stores times: a condition written now compares
-        // equal when read back.
         let detected =
             crate::violations::detect::detect(traffic, &policies, snapshot, self.config.backend);
         for ((namespace, name), error) in &detected.errors {
@@ -201,6 +199,8 @@ impl Controller {
         }
         self.unattributed
             .report(&detected.unattributed, &self.metrics);
+        // Whole seconds, as the API server stores times: a condition written now compares
+        // equal when read back.
         let now = Time(
             k8s_openapi::jiff::Timestamp::from_second(
                 k8s_openapi::jiff::Timestamp::now().as_second(),
