@@ -1,16 +1,19 @@
-//! The Kubernetes controller of `ne-leader run` (ARCHITECTURE §1, §4): learned edges become
-//! proposals, labelled proposals become policies, policies become native objects.
+//! The Kubernetes controller of `ne-leader run` (ARCHITECTURE §1, §4, §5): learned edges
+//! become proposals, labelled proposals become policies, policies become native objects,
+//! traffic outside a policy becomes its violation record and a log event.
 //!
 //! - [`state`]: reflectors for every kind read (all replicas keep them warm).
 //! - [`plan`]: the pure planner (learned proposals + cluster state + existing objects →
 //!   writes), table-tested.
 //! - [`write`]: carries a plan out (server-side apply, uid preconditions, Events, a write
-//!   budget), only while this replica leads.
+//!   budget), only while this replica leads, and reports what a violation write carried as
+//!   log events once it succeeded.
 //!
 //! One round per `--flush-interval` on the leader: resolve the merged edge index against
-//! the cluster, render and merge proposals, check the traffic of monitored policies
-//! ([`crate::violations`]), plan, write. A round whose cluster already
-//! matches writes nothing.
+//! the cluster (the resolver is rebuilt only after the cluster changed), render and merge
+//! proposals, turn the round's traffic, denials and dry-run denials into observations
+//! ([`crate::violations`]; unattributed ones are reported here), plan, write. A round whose
+//! cluster already matches writes nothing.
 
 pub mod metrics;
 pub mod plan;
