@@ -806,14 +806,13 @@ fn notes_tell_the_next_commands() {
 /// change and acknowledge a policy (patch) and delete it, and a `view` user only read.
 /// Answered by SubjectAccessReviews for ServiceAccounts bound in a temporary namespace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs cluster (KUBECONFIG with rights to create ClusterRoles, namespaces, RoleBindings and SubjectAccessReviews)"]
 async fn namespace_edit_users_promote_and_acknowledge_and_view_users_only_read() {
     use k8s_openapi::api::authorization::v1::{
         ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
     };
     use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+    use kube::Api;
     use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-    use kube::{Api, Client};
 
     /// Deletes the ClusterRoles the test applied, whatever happens.
     struct Installed(Api<ClusterRole>, Vec<&'static str>);
@@ -828,7 +827,7 @@ async fn namespace_edit_users_promote_and_acknowledge_and_view_users_only_read()
         }
     }
 
-    let client = Client::try_default().await.expect("KUBECONFIG");
+    let client = cluster::client().await;
     let case = case("cilium-none");
     let roles: Api<ClusterRole> = Api::all(client.clone());
     let mut installed = Installed(roles.clone(), Vec::new());

@@ -67,9 +67,7 @@ async fn setup(
     leader_env: &[(&str, String)],
     agent_args: impl FnOnce(&PathBuf) -> Vec<String>,
 ) -> Setup {
-    let client = Client::try_default()
-        .await
-        .expect("a Kubernetes configuration (KUBECONFIG)");
+    let client = client().await;
     install_crds(&client).await;
     let system = TempNamespace::new(&client, "ne-e2e-sys").await;
     let app = TempNamespace::new(&client, "ne-e2e-app").await;
@@ -77,7 +75,7 @@ async fn setup(
     let (_, web_pod) = deployment(&client, &app.name, "web", "web", WEB_IP).await;
     let dir = temp_dir(what);
     let ingest = free_address();
-    let mut leader = Command::new(binary("ne-leader"));
+    let mut leader = cluster_command(binary("ne-leader"));
     leader
         .args(["run", "--provider", provider, "--insecure-ingest"])
         .args([
@@ -241,7 +239,6 @@ impl Setup {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs cluster (KUBECONFIG with rights to install CRDs and to create namespaces, workloads, pods and their status)"]
 async fn the_seed_workflow_with_network_policies() {
     let _one = ONE_AT_A_TIME.lock().await;
     let hubble_dir = temp_dir("hubble");
@@ -362,7 +359,6 @@ async fn event_with(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs cluster (KUBECONFIG with rights to install CRDs and to create namespaces, workloads, pods and their status)"]
 async fn violations_in_monitor_and_protect_mode_with_network_policies() {
     use ne_shared::otel_names as otel;
     let _one = ONE_AT_A_TIME.lock().await;
@@ -572,11 +568,10 @@ async fn violations_in_monitor_and_protect_mode_with_network_policies() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs cluster (KUBECONFIG with rights to install CRDs and to create namespaces, workloads, pods and their status)"]
 async fn violations_in_monitor_and_protect_mode_with_authorization_policies() {
     use ne_shared::otel_names as otel;
     let _one = ONE_AT_A_TIME.lock().await;
-    let client = Client::try_default().await.expect("KUBECONFIG");
+    let client = client().await;
     let installed = authorization_policy_crd(&client).await;
     let (collector, endpoint) = Collector::serve().await;
     let logs = temp_dir("ztunnel-violations");
@@ -791,10 +786,9 @@ impl Drop for ZtunnelLog {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs cluster (KUBECONFIG with rights to install CRDs and to create namespaces, workloads, pods and their status)"]
 async fn the_seed_workflow_with_authorization_policies() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let client = Client::try_default().await.expect("KUBECONFIG");
+    let client = client().await;
     let installed = authorization_policy_crd(&client).await;
     let logs = temp_dir("ztunnel-logs");
     let s = setup("istio", "istio", &[], |_| {

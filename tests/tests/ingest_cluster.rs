@@ -31,13 +31,6 @@ use ne_leader::offline::learn::{learn, write_proposals};
 
 const AGENT_SA: &str = "network-enforcer-agent";
 
-async fn service_account(client: &Client, ns: &str, name: &str) {
-    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    let mut sa = ServiceAccount::default();
-    sa.metadata.name = Some(name.to_owned());
-    api.create(&PostParams::default(), &sa).await.unwrap();
-}
-
 /// A token of ServiceAccount `ns/name` for `audience` (the TokenRequest API, as kubelet
 /// mints projected tokens).
 async fn token(client: &Client, ns: &str, name: &str, audience: &str) -> String {
@@ -58,9 +51,8 @@ async fn token(client: &Client, ns: &str, name: &str, audience: &str) -> String 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs cluster (KUBECONFIG with rights to create namespaces, service accounts, token requests and token reviews)"]
 async fn token_review_accepts_only_the_agent_service_account() {
-    let client = Client::try_default().await.expect("KUBECONFIG");
+    let client = client().await;
     let ns = TempNamespace::new(&client, "ne-e2e-auth").await;
     service_account(&client, &ns.name, AGENT_SA).await;
     service_account(&client, &ns.name, "other").await;
@@ -160,7 +152,7 @@ struct Leader {
 fn start_leader(identity: &'static str, ns: &str, dir: &Path) -> Leader {
     let (ingest, metrics) = (free_address(), free_address());
     let output = dir.join(identity);
-    let mut command = Command::new(binary("ne-leader"));
+    let mut command = cluster_command(binary("ne-leader"));
     command
         .args(["run", "--provider", "cilium", "--no-controller"])
         .args(["--lease-namespace", ns, "--identity", identity])
@@ -179,9 +171,8 @@ fn start_leader(identity: &'static str, ns: &str, dir: &Path) -> Leader {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs cluster (KUBECONFIG with rights to create namespaces, service accounts, token requests, token reviews and leases)"]
 async fn killing_the_lease_holder_mid_stream_loses_nothing_and_counts_nothing_twice() {
-    let client = Client::try_default().await.expect("KUBECONFIG");
+    let client = client().await;
     let ns = TempNamespace::new(&client, "ne-e2e-failover").await;
     let dir = std::env::temp_dir().join(format!("ne-e2e-failover-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,8 +1,8 @@
-//! Support for the tests that need a real Kubernetes API server (`#[ignore = "needs
-//! cluster (...)"]`, run with `KUBECONFIG`): a temporary namespace that is deleted whatever
-//! happens, the real binaries as child processes that are killed whatever happens, objects
-//! a control plane without nodes still accepts (workloads, ReplicaSets and Pods with owner
-//! references and a patched `status.podIP`), and polling with deadlines.
+//! Support for the tests that need a real Kubernetes API server: which cluster they run
+//! against ([`kubeconfig`]), a temporary namespace that is deleted whatever happens, the real
+//! binaries as child processes that are killed whatever happens, objects a control plane
+//! without nodes still accepts (workloads, ReplicaSets and Pods with owner references and a
+//! patched `status.podIP`), and polling with deadlines.
 
 #![allow(dead_code)] // each test binary uses part of it
 
@@ -10,16 +10,70 @@ pub mod hubble;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use serde_json::json;
+
+/// The kubeconfig of the cluster under test: the file `NE_TEST_KUBECONFIG` names (any
+/// cluster, kind say; never the ambient `KUBECONFIG`, which may be a production cluster's),
+/// else the project's own control plane (`tests/control-plane/up`: built and started on first
+/// use, left running for the next run; `tests/control-plane/down` stops it).
+pub fn kubeconfig() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(path) = std::env::var_os("NE_TEST_KUBECONFIG") {
+            return PathBuf::from(path);
+        }
+        let up = Path::new(env!("CARGO_MANIFEST_DIR")).join("control-plane/up");
+        let output = Command::new(&up)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", up.display()));
+        assert!(
+            output.status.success(),
+            "{} failed (set NE_TEST_KUBECONFIG to use another cluster):\n{}",
+            up.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        // `up` prints the kubeconfig's path as its only line on stdout.
+        PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
+    })
+}
+
+/// Whether the cluster under test is the project's own control plane (which the tests may
+/// stop and start), not one `NE_TEST_KUBECONFIG` named.
+pub fn own_control_plane() -> bool {
+    std::env::var_os("NE_TEST_KUBECONFIG").is_none()
+}
+
+/// A client of the cluster under test, as its admin.
+pub async fn client() -> Client {
+    let path = kubeconfig();
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .unwrap_or_else(|e| panic!("cannot read kubeconfig {}: {e}", path.display()));
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("kubeconfig {}: {e}", path.display()));
+    Client::try_from(config).expect("a client of the cluster under test")
+}
+
+/// A command running `binary`, pointed at the cluster under test.
+pub fn cluster_command(binary: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(binary);
+    command.env("KUBECONFIG", kubeconfig());
+    command
+}
 
 /// How long any awaited condition may take.
 pub const DEADLINE: Duration = Duration::from_secs(90);
@@ -246,7 +300,8 @@ pub fn workload_objects(ns: &str, name: &str, sa: &str, ip: &str) -> (Deployment
 /// so no kubelet owns their status and no image is ever pulled.
 pub const NO_NODE: (&str, &str) = ("networkenforcer.kubewarden.io/e2e", "no-such-node");
 
-/// A Deployment `name` (pods labelled `app=<name>`, ServiceAccount `sa`) created in the
+/// A Deployment `name` (pods labelled `app=<name>`, ServiceAccount `sa`, created unless it
+/// exists: the ServiceAccount admission plugin refuses pods of a missing one) created in the
 /// cluster, whose controllers then make its ReplicaSet and Pod as they always do; the pod
 /// is never scheduled ([`NO_NODE`]), and its address is set to `ip` with a status patch.
 /// Works on a control plane without nodes. Returns the Deployment and its pod's name.
@@ -257,6 +312,7 @@ pub async fn deployment(
     sa: &str,
     ip: &str,
 ) -> (Deployment, String) {
+    service_account(client, ns, sa).await;
     let (mut deployment, _, _) = workload_objects(ns, name, sa, ip);
     deployment.metadata.uid = None;
     if let Some(spec) = deployment
@@ -293,6 +349,18 @@ pub async fn deployment(
         .await
         .unwrap_or_else(|e| panic!("cannot set the address of pod {pod}: {e}"));
     (deployment, pod)
+}
+
+/// Creates ServiceAccount `ns/name` unless it exists.
+pub async fn service_account(client: &Client, ns: &str, name: &str) {
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let mut sa = ServiceAccount::default();
+    sa.metadata.name = Some(name.to_owned());
+    match api.create(&PostParams::default(), &sa).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("cannot create ServiceAccount {ns}/{name}: {e}"),
+    }
 }
 
 /// The pod name [`deployment`] gives workload `name`.

@@ -1,6 +1,8 @@
 //! Leader election against a real API server: two replicas on one Lease, exactly one
 //! holds it, and when the holder goes the other takes over.
 
+mod cluster;
+
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -8,9 +10,8 @@ use ne_leader::election;
 use ne_leader::ingest::Leadership;
 
 #[tokio::test]
-#[ignore = "needs cluster (KUBECONFIG; creates and deletes a Lease in namespace `default`)"]
 async fn one_of_two_replicas_holds_the_lease_and_the_other_takes_over() {
-    let client = kube::Client::try_default().await.unwrap();
+    let client = cluster::client().await;
     let name = format!("ne-election-test-{}", std::process::id());
     let (mut a, _) = election::join(client.clone(), "default", &name, "replica-a")
         .await
