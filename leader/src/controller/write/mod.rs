@@ -431,12 +431,11 @@ impl Writer {
         K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
     {
         let name = object.meta().name.clone().unwrap_or_default();
-        if object.meta().uid.is_some() {
+        let written = if object.meta().uid.is_some() {
             self.count(kind, "apply");
             api.patch(&name, &apply_params(), &Patch::Apply(object))
                 .await
-                .map(drop)
-                .map_err(|e| (kind, "apply", e))
+                .map_err(|e| (kind, "apply", e))?
         } else {
             self.count(kind, "create");
             let params = PostParams {
@@ -445,9 +444,43 @@ impl Writer {
             };
             api.create(&params, object)
                 .await
-                .map(drop)
-                .map_err(|e| (kind, "create", e))
-        }
+                .map_err(|e| (kind, "create", e))?
+        };
+        self.own_created_fields(api, kind, &written).await
+    }
+
+    /// Makes the fields a create recorded for [`FIELD_MANAGER`] (operation `Update`) part of
+    /// its `Apply` entry, so that a later apply that omits one removes it ([`managed`]).
+    /// Checked after every create and apply, which also mends objects created before this
+    /// was done. The patch carries the written resourceVersion (a concurrent change makes it
+    /// fail, and the next apply tries again) and no field manager, so that it records no
+    /// `Update` of its own.
+    async fn own_created_fields<K>(
+        &self,
+        api: &Api<K>,
+        kind: &'static str,
+        written: &K,
+    ) -> Result<(), (&'static str, &'static str, kube::Error)>
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        let meta = written.meta();
+        let entries = meta.managed_fields.as_deref().unwrap_or_default();
+        let Some(entries) = managed::as_applied(entries, FIELD_MANAGER) else {
+            return Ok(());
+        };
+        let patch = serde_json::json!({
+            "metadata": { "resourceVersion": meta.resource_version, "managedFields": entries },
+        });
+        self.count(kind, "own_fields");
+        api.patch(
+            meta.name.as_deref().unwrap_or_default(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map(drop)
+        .map_err(|e| (kind, "own_fields", e))
     }
 
     async fn apply_status<K, S: Serialize>(
@@ -602,5 +635,6 @@ fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
 
+mod managed;
 #[cfg(test)]
 mod tests;
