@@ -365,6 +365,53 @@ async fn a_known_object_is_applied_with_its_uid_as_precondition() {
     assert_eq!(outcome.written, 1);
 }
 
+/// A create records its fields as the manager's `Update`; the writer moves them into its
+/// `Apply` entry at once (no field manager, the written resourceVersion as precondition),
+/// so that a later apply that omits a label or annotation removes it.
+#[tokio::test]
+async fn the_fields_of_a_create_are_moved_into_the_apply_entry() {
+    let mut np = k8s_openapi::api::networking::v1::NetworkPolicy::default();
+    np.metadata.name = Some("deployment-api-ingress".to_owned());
+    np.metadata.namespace = Some("shop".to_owned());
+    let plan = Plan {
+        actions: vec![Action::ApplyNetworkPolicy(Box::new(np))],
+        ..Plan::default()
+    };
+    let nps = "/apis/networking.k8s.io/v1/namespaces/shop/networkpolicies";
+    let fields = json!({"f:metadata": {"f:labels": {"f:app.kubernetes.io/managed-by": {}}}});
+    let created = move |b: &Value| {
+        let mut out = echo(b);
+        out["metadata"]["managedFields"] = json!([{
+            "apiVersion": "networking.k8s.io/v1", "fieldsType": "FieldsV1", "fieldsV1": fields,
+            "manager": "network-enforcer", "operation": "Update", "time": "2026-12-04T00:00:00Z",
+        }]);
+        out
+    };
+    let steps = vec![
+        step("POST", format!("{nps}{CREATE}"), |_| {}, 201, created),
+        step(
+            "PATCH",
+            format!("{nps}/deployment-api-ingress?"),
+            |b| {
+                assert_eq!(b["metadata"]["resourceVersion"], "7");
+                let entries = b["metadata"]["managedFields"].as_array().unwrap();
+                assert_eq!(entries.len(), 1, "{b}");
+                assert_eq!(entries[0]["manager"], "network-enforcer");
+                assert_eq!(entries[0]["operation"], "Apply");
+                assert_eq!(
+                    entries[0]["fieldsV1"]["f:metadata"]["f:labels"],
+                    json!({"f:app.kubernetes.io/managed-by": {}})
+                );
+            },
+            200,
+            echo,
+        ),
+    ];
+    let outcome = run(plan, steps, plenty(), &leading()).await;
+    assert_eq!(outcome.written, 1);
+    assert_eq!(outcome.failed, 0);
+}
+
 fn warning(key: &str) -> Action {
     Action::Event(Event {
         kind: "WorkloadNetworkPolicyProposal",
