@@ -1,6 +1,6 @@
 //! The controller end to end against a real API server: the real `ne-leader` (out of
-//! cluster, with `KUBECONFIG`) and a real `ne-agent` fed by a test data plane (a Hubble
-//! server; ztunnel log files), on workloads the test creates itself (Deployments whose
+//! cluster, with the test cluster's kubeconfig) and a real `ne-agent` fed by a test data
+//! plane (a Hubble server; ztunnel log files), on workloads the test creates itself (Deployments whose
 //! controllers make the ReplicaSets and Pods; the pods are kept unscheduled and get a
 //! patched `status.podIP`, so a control plane without nodes is enough). Each test walks the
 //! seed workflow in namespaces of its own:
@@ -9,9 +9,9 @@
 //! (native object equals the spec, owned by the policy) → back to monitor → delete the policy
 //! (a new proposal is learned) → delete the Deployment (its proposals are collected).
 //!
-//! Run: `KUBECONFIG=... cargo test -p ne-tests --test controller_cluster -- --ignored
-//! --test-threads 1` against a cluster without Network Enforcer installed (kind is enough).
-//! The tests also take a lock, as each leader manages policies cluster-wide.
+//! Run: `cargo test --workspace --test controller_cluster`, against the project's control
+//! plane or a cluster without Network Enforcer installed (`NE_TEST_KUBECONFIG`). The tests
+//! take a lock, as each leader manages policies cluster-wide.
 
 mod cluster;
 
@@ -48,9 +48,38 @@ struct Setup {
     /// The pods the Deployments' controllers made.
     api_pod: String,
     web_pod: String,
-    _leader: Process,
+    leader: Option<Process>,
+    /// How the leader is started (again, after [`Setup::stop_leader`]).
+    leader_start: LeaderStart,
     _agent: Process,
     dir: PathBuf,
+}
+
+/// What a leader of [`setup`] is started with.
+struct LeaderStart {
+    provider: String,
+    what: String,
+    ingest: String,
+    /// Its `/metrics` (host:port).
+    metrics: String,
+    lease_namespace: String,
+    env: Vec<(String, String)>,
+}
+
+impl LeaderStart {
+    fn spawn(&self) -> Process {
+        let mut leader = cluster_command(binary("ne-leader"));
+        leader
+            .args(["run", "--provider", &self.provider, "--insecure-ingest"])
+            .args(["--ingest-address", &self.ingest])
+            .args(["--metrics-address", &self.metrics])
+            .args(["--lease-namespace", &self.lease_namespace])
+            .args(["--identity", "e2e-leader"])
+            .args(["--flush-interval", "1s", "--stable-after", "1h"])
+            .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        Process::spawn(&format!("leader-{}", self.what), leader)
+    }
 }
 
 fn temp_dir(what: &str) -> PathBuf {
@@ -75,25 +104,18 @@ async fn setup(
     let (_, web_pod) = deployment(&client, &app.name, "web", "web", WEB_IP).await;
     let dir = temp_dir(what);
     let ingest = free_address();
-    let mut leader = cluster_command(binary("ne-leader"));
-    leader
-        .args(["run", "--provider", provider, "--insecure-ingest"])
-        .args([
-            "--ingest-address",
-            &ingest,
-            "--metrics-address",
-            "127.0.0.1:0",
-        ])
-        .args([
-            "--lease-namespace",
-            &system.name,
-            "--identity",
-            "e2e-leader",
-        ])
-        .args(["--flush-interval", "1s", "--stable-after", "1h"])
-        .env("RUST_LOG", "info")
-        .envs(leader_env.iter().map(|(k, v)| (k, v)));
-    let leader = Process::spawn(&format!("leader-{what}"), leader);
+    let leader_start = LeaderStart {
+        provider: provider.to_owned(),
+        what: what.to_owned(),
+        ingest: ingest.clone(),
+        metrics: free_address(),
+        lease_namespace: system.name.clone(),
+        env: leader_env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect(),
+    };
+    let leader = leader_start.spawn();
     let mut agent = Command::new(binary("ne-agent"));
     agent
         .args(agent_args(&dir))
@@ -112,13 +134,54 @@ async fn setup(
         api,
         api_pod,
         web_pod,
-        _leader: leader,
+        leader: Some(leader),
+        leader_start,
         _agent: agent,
         dir,
     }
 }
 
 impl Setup {
+    /// Stops the leader (SIGKILL: nothing of it runs on).
+    fn stop_leader(&mut self) {
+        if let Some(mut leader) = self.leader.take() {
+            leader.kill();
+        }
+    }
+
+    /// Starts the leader again, with the arguments it had.
+    fn start_leader(&mut self) {
+        assert!(self.leader.is_none(), "the leader runs already");
+        self.leader = Some(self.leader_start.spawn());
+    }
+
+    /// The leader's metrics exposition (Prometheus text), once it answers.
+    async fn metrics(&self) -> String {
+        let address = self.leader_start.metrics.clone();
+        eventually("the leader's /metrics", || {
+            let address = address.clone();
+            async move { http_get(&address, "/metrics") }
+        })
+        .await
+    }
+
+    /// Waits until the leader has finished `n` more proposal rounds than now; returns its
+    /// metrics then.
+    async fn rounds(&self, n: f64) -> String {
+        let rounds = |text: &str| {
+            metric_sum(
+                text,
+                "network_enforcer_leader_reconcile_duration_seconds_count",
+            )
+        };
+        let from = rounds(&self.metrics().await);
+        eventually(&format!("{n} more controller rounds"), || async {
+            let text = self.metrics().await;
+            (rounds(&text) >= from + n).then_some(text)
+        })
+        .await
+    }
+
     fn proposals(&self) -> Api<WorkloadNetworkPolicyProposal> {
         Api::namespaced(self.client.clone(), &self.app.name)
     }
@@ -325,6 +388,121 @@ async fn the_seed_workflow_with_network_policies() {
 
     s.delete_policy_and_relearn(name, &proposal).await;
     s.delete_workload(name).await;
+    let _ = std::fs::remove_dir_all(&hubble_dir);
+    let _ = std::fs::remove_dir_all(&s.dir);
+}
+
+/// Garbage collection is the controller manager's, through the owner references the leader
+/// writes: with the leader stopped, deleting a protect-mode policy removes its NetworkPolicy
+/// and deleting a Deployment its proposals; started again, the leader learns a new proposal
+/// for the policy's workload. Deleting the whole namespace then leaves the leader without an
+/// error loop: once the namespace is gone, rounds go by with no write and no error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_manager_collects_what_the_leader_owns() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let hubble_dir = temp_dir("hubble-gc");
+    let socket = hubble_dir.join("hubble.sock");
+    let hubble = Hubble::serve(&socket);
+    let mut s = setup("cilium", "gc", &[], |_| {
+        vec![
+            "--source".into(),
+            "hubble".into(),
+            "--hubble-address".into(),
+            format!("unix://{}", socket.display()),
+        ]
+    })
+    .await;
+    let (web_pod, api_pod) = (s.web_pod.clone(), s.api_pod.clone());
+    let web = Side {
+        namespace: &s.app.name,
+        pod: &web_pod,
+        ip: WEB_IP,
+        app: "web",
+        deployment: Some("web"),
+    };
+    let api = Side {
+        namespace: &s.app.name,
+        pod: &api_pod,
+        ip: API_IP,
+        app: "api",
+        deployment: Some("api"),
+    };
+    // web → api (api's ingress, web's egress), and api → web (api's egress, web's ingress).
+    hubble.add_json(&tcp_flow(&web, &api, 8080));
+    hubble.add_json(&tcp_flow(&api, &web, 8080));
+
+    let name = "deployment-api-ingress";
+    let proposal = s.learned(name).await;
+    let policy = s.promote(name, "protect").await;
+    let nps: Api<NetworkPolicy> = Api::namespaced(s.client.clone(), &s.app.name);
+    eventually("the NetworkPolicy", || async {
+        nps.get_opt(name).await.ok()?
+    })
+    .await;
+
+    s.stop_leader();
+    s.policies()
+        .delete(name, &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("the NetworkPolicy collected with its policy", || async {
+        nps.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    s.start_leader();
+    eventually(&format!("a new proposal {name}"), || async {
+        let p = s.proposals().get_opt(name).await.ok()??;
+        (p.metadata.uid != proposal.metadata.uid && p.metadata.uid != policy.metadata.uid)
+            .then_some(())
+    })
+    .await;
+    let egress = s.learned("deployment-api-egress").await;
+
+    s.stop_leader();
+    s.delete_workload(name).await;
+    let proposals = s.proposals();
+    eventually(
+        "the egress proposal collected with its Deployment",
+        || async {
+            proposals
+                .get_opt("deployment-api-egress")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    drop(egress);
+    s.start_leader();
+    eventually("web's proposal, learned again", || async {
+        proposals.get_opt("deployment-web-ingress").await.ok()?
+    })
+    .await;
+
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(s.client.clone());
+    namespaces
+        .delete(&s.app.name, &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("the namespace gone", || async {
+        namespaces
+            .get_opt(&s.app.name)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let errors = "network_enforcer_leader_reconcile_errors_total";
+    let writes = "network_enforcer_leader_api_writes_total";
+    let before = s.rounds(2.0).await;
+    let after = s.rounds(5.0).await;
+    assert_eq!(
+        (metric_sum(&after, errors), metric_sum(&after, writes)),
+        (metric_sum(&before, errors), metric_sum(&before, writes)),
+        "errors and writes after the namespace was gone (an error loop)"
+    );
     let _ = std::fs::remove_dir_all(&hubble_dir);
     let _ = std::fs::remove_dir_all(&s.dir);
 }

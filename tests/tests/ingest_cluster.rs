@@ -1,4 +1,4 @@
-//! Agent → leader against a real API server (`#[ignore]`, run with `KUBECONFIG`):
+//! Agent → leader against a real API server (the cluster under test: `cluster::kubeconfig`):
 //!
 //! - TokenReview: the leader's authenticator accepts a projected-style token of the agent
 //!   ServiceAccount (audience `network-enforcer`) and refuses a token for another audience
@@ -9,12 +9,11 @@
 //!   merged index (its proposals, with per-peer counts) equals offline `learn` on everything
 //!   the Hubble servers sent: nothing lost, nothing counted twice.
 //!
-//! Run: `KUBECONFIG=... cargo test -p ne-tests --test ingest_cluster -- --ignored`.
+//! Run: `cargo test --workspace --test ingest_cluster`.
 
 mod cluster;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -124,15 +123,6 @@ fn learned_offline(dir: &Path) -> BTreeMap<String, String> {
     let out = files(dir);
     assert!(!out.is_empty());
     out
-}
-
-/// `GET path` on a loopback HTTP server (the leader's /metrics), the body.
-fn http_get(address: &str, path: &str) -> Option<String> {
-    let mut stream = std::net::TcpStream::connect(address).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    Some(text.split_once("\r\n\r\n")?.1.to_owned())
 }
 
 /// The value of an unlabelled sample in Prometheus text.

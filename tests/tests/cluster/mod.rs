@@ -384,3 +384,29 @@ pub async fn install_crds(client: &Client) {
         established(client, &name).await;
     }
 }
+
+/// `GET path` on a loopback HTTP server (a binary's /metrics), the body; `None` while it
+/// does not answer.
+pub fn http_get(address: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    Some(text.split_once("\r\n\r\n")?.1.to_owned())
+}
+
+/// The sum of the samples of metric `name` over all its label sets, in Prometheus text (0
+/// when there is none).
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let value = match rest.strip_prefix('{') {
+                Some(labelled) => labelled.split_once("} ")?.1,
+                None => rest.strip_prefix(' ')?,
+            };
+            value.split(' ').next()?.parse::<f64>().ok()
+        })
+        .sum()
+}
