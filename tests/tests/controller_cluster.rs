@@ -64,6 +64,8 @@ struct LeaderStart {
     metrics: String,
     lease_namespace: String,
     env: Vec<(String, String)>,
+    /// Further arguments of `ne-leader run`.
+    args: Vec<String>,
 }
 
 impl LeaderStart {
@@ -76,6 +78,7 @@ impl LeaderStart {
             .args(["--lease-namespace", &self.lease_namespace])
             .args(["--identity", "e2e-leader"])
             .args(["--flush-interval", "1s", "--stable-after", "1h"])
+            .args(&self.args)
             .env("RUST_LOG", "info")
             .envs(self.env.iter().map(|(k, v)| (k, v)));
         Process::spawn(&format!("leader-{}", self.what), leader)
@@ -114,6 +117,7 @@ async fn setup(
             .iter()
             .map(|(k, v)| ((*k).to_owned(), v.clone()))
             .collect(),
+        args: Vec::new(),
     };
     let leader = leader_start.spawn();
     let mut agent = Command::new(binary("ne-agent"));
@@ -502,6 +506,147 @@ async fn the_controller_manager_collects_what_the_leader_owns() {
         (metric_sum(&after, errors), metric_sum(&after, writes)),
         (metric_sum(&before, errors), metric_sum(&before, writes)),
         "errors and writes after the namespace was gone (an error loop)"
+    );
+    let _ = std::fs::remove_dir_all(&hubble_dir);
+    let _ = std::fs::remove_dir_all(&s.dir);
+}
+
+/// Runs `tests/control-plane/<script> <args>` (the project's own control plane).
+fn control_plane(script: &str, args: &[&str]) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("control-plane")
+        .join(script);
+    let output = Command::new(&path)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", path.display()));
+    assert!(
+        output.status.success(),
+        "{} {args:?} failed:\n{}",
+        path.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// How long the API server is away in [`the_leader_rides_out_an_api_server_outage`].
+const OUTAGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// kube-apiserver stops for a minute while the agent keeps streaming, and starts again. The
+/// leader neither exits nor gives up its Lease for good: it holds the Lease afterwards, the
+/// proposal catches up with the port learned during the outage, the failed rounds are
+/// counted, and once caught up rounds go by without a write. Stops the API server of the
+/// project's own control plane, so it cannot run against a cluster `NE_TEST_KUBECONFIG`
+/// names (skip it there with `--skip the_leader_rides_out`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_rides_out_an_api_server_outage() {
+    assert!(
+        own_control_plane(),
+        "this test stops and starts kube-apiserver of tests/control-plane; against another \
+         cluster, run the others with `-- --skip the_leader_rides_out`"
+    );
+    let _one = ONE_AT_A_TIME.lock().await;
+    let hubble_dir = temp_dir("hubble-outage");
+    let socket = hubble_dir.join("hubble.sock");
+    let hubble = Hubble::serve(&socket);
+    let mut s = setup("cilium", "outage", &[], |_| {
+        vec![
+            "--source".into(),
+            "hubble".into(),
+            "--hubble-address".into(),
+            format!("unix://{}", socket.display()),
+        ]
+    })
+    .await;
+    // Traffic goes on all the time; its moving evidence is written only hourly, so that any
+    // write after the catch-up is one for nothing.
+    s.stop_leader();
+    s.leader_start.args = vec!["--status-refresh".into(), "1h".into()];
+    s.start_leader();
+    let (web_pod, api_pod) = (s.web_pod.clone(), s.api_pod.clone());
+    let web = Side {
+        namespace: &s.app.name,
+        pod: &web_pod,
+        ip: WEB_IP,
+        app: "web",
+        deployment: Some("web"),
+    };
+    let api = Side {
+        namespace: &s.app.name,
+        pod: &api_pod,
+        ip: API_IP,
+        app: "api",
+        deployment: Some("api"),
+    };
+    hubble.add_json(&tcp_flow(&web, &api, 8080));
+    let name = "deployment-api-ingress";
+    s.learned(name).await;
+    let errors = "network_enforcer_leader_reconcile_errors_total";
+    let before = s.rounds(1.0).await;
+
+    control_plane("down", &["kube-apiserver"]);
+    let gone = tokio::time::Instant::now();
+    hubble.add_json(&tcp_flow(&web, &api, 9090));
+    // The outage is the stimulus, not a synchronisation: it lasts OUTAGE, during which the
+    // leader must stay up and count its failures.
+    let counted = eventually("the leader counting failed rounds", || async {
+        let text = s.metrics().await;
+        (metric_sum(&text, errors) > metric_sum(&before, errors)).then_some(())
+    });
+    counted.await;
+    tokio::time::sleep_until(gone + OUTAGE).await;
+    let leader = s.leader.as_mut().expect("the leader process");
+    assert!(
+        leader.child.try_wait().unwrap().is_none(),
+        "the leader exited during the outage:\n{}",
+        leader.output()
+    );
+    control_plane("up", &[]);
+
+    let port = eventually(
+        "the port learned during the outage in the proposal",
+        || async {
+            let p = s.proposals().get_opt(name).await.ok()??;
+            let ports: Vec<_> = p.status?.peers.iter().map(|peer| peer.port).collect();
+            ports.contains(&9090).then_some(ports)
+        },
+    )
+    .await;
+    assert!(port.contains(&8080), "{port:?}");
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(s.client.clone(), &s._system.name);
+    let holder = eventually("the Lease held again", || async {
+        let lease = leases
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .pop()?;
+        lease.spec?.holder_identity
+    })
+    .await;
+    assert_eq!(holder, "e2e-leader");
+    // Caught up, the writes stop (rounds come in bursts while the caches refill): three
+    // rounds in a row without one, then five more.
+    let writes = "network_enforcer_leader_api_writes_total";
+    let settled = eventually("the leader's writes settling", || async {
+        let from = s.rounds(1.0).await;
+        let to = s.rounds(3.0).await;
+        (metric_sum(&to, writes) == metric_sum(&from, writes)).then_some(to)
+    })
+    .await;
+    let later = s.rounds(5.0).await;
+    let lines = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with(writes))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(
+        metric_sum(&later, writes),
+        metric_sum(&settled, writes),
+        "writes repeated after the outage:\n{}\nthen\n{}",
+        lines(&settled),
+        lines(&later),
     );
     let _ = std::fs::remove_dir_all(&hubble_dir);
     let _ = std::fs::remove_dir_all(&s.dir);

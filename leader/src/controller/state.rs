@@ -9,6 +9,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
@@ -57,6 +58,42 @@ impl std::fmt::Debug for Stores {
     }
 }
 
+/// The watchers' retry delays: from 0.5 s, doubling, at most 5 s; back to 0.5 s after an
+/// event arrives. kube's default grows to 30 s, so after a one-minute API server outage the
+/// caches stayed stale for up to half a minute, and the controller wrote again every round
+/// what it had already written.
+#[derive(Debug)]
+struct WatchBackoff {
+    next: Duration,
+}
+
+impl WatchBackoff {
+    const FIRST: Duration = Duration::from_millis(500);
+    const MAX: Duration = Duration::from_secs(5);
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        WatchBackoff { next: Self::FIRST }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let delay = self.next;
+        self.next = (delay * 2).min(Self::MAX);
+        Some(delay)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
 /// Starts a reflector for `K` cluster-wide; the task runs until dropped (aborted). Every
 /// event applied to the store bumps `changes`, when given.
 fn reflect<K>(
@@ -77,7 +114,7 @@ where
                 o.meta_mut().managed_fields = None;
             })
         })
-        .default_backoff();
+        .backoff(WatchBackoff::default());
     let changes = changes.cloned();
     tasks.push(tokio::spawn(async move {
         reflector::reflector(writer, stream)
@@ -227,5 +264,20 @@ pub async fn authorization_policies_served(client: &Client) -> anyhow::Result<bo
             .any(|r| r.name == "authorizationpolicies")),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
         Err(error) => Err(error.into()),
+    }
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::*;
+    use kube::runtime::utils::Backoff;
+
+    #[test]
+    fn the_watch_backoff_doubles_to_five_seconds_and_starts_over_after_a_success() {
+        let mut backoff = WatchBackoff::default();
+        let delays: Vec<_> = backoff.by_ref().take(6).map(|d| d.as_millis()).collect();
+        assert_eq!(delays, [500, 1000, 2000, 4000, 5000, 5000]);
+        backoff.reset();
+        assert_eq!(backoff.next(), Some(Duration::from_millis(500)));
     }
 }
