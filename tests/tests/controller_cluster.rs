@@ -287,6 +287,30 @@ impl Setup {
             .await;
     }
 
+    /// The notes of the Warning Events with `reason` about object `name`.
+    async fn warnings(&self, name: &str, reason: &str) -> Vec<String> {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.client.clone(), &self.app.name);
+        let list = events.list(&ListParams::default()).await.unwrap();
+        list.items
+            .into_iter()
+            .filter(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            })
+            .map(|e| e.note.unwrap_or_default())
+            .collect()
+    }
+
+    /// Waits for a Warning Event with `reason` about object `name`; its note.
+    async fn warning(&self, name: &str, reason: &str) -> String {
+        eventually(&format!("a {reason} warning about {name}"), || async {
+            self.warnings(name, reason).await.pop()
+        })
+        .await
+    }
+
     /// A `Promoted` Event on the policy.
     async fn promoted_event(&self, name: &str) {
         let events: Api<k8s_openapi::api::events::v1::Event> =
@@ -507,6 +531,183 @@ async fn the_controller_manager_collects_what_the_leader_owns() {
         (metric_sum(&before, errors), metric_sum(&before, writes)),
         "errors and writes after the namespace was gone (an error loop)"
     );
+    let _ = std::fs::remove_dir_all(&hubble_dir);
+    let _ = std::fs::remove_dir_all(&s.dir);
+}
+
+/// Bad input from users, on the real server: a promote label with an invalid value (here
+/// the admission policy is not installed, so it gets in) gets a Warning Event and promotes
+/// nothing; a proposal edited by hand keeps the edit while learning goes on; acknowledge
+/// annotations with an unknown and a malformed id get a Warning each and acknowledge
+/// nothing, beside a good one, and one repeated after its record was acknowledged is removed
+/// without a warning. Every annotation is removed and nothing else changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_warning_and_changes_nothing_else() {
+    use ne_crds::ACKNOWLEDGE_ANNOTATION_PREFIX as ACK;
+    let _one = ONE_AT_A_TIME.lock().await;
+    let hubble_dir = temp_dir("hubble-bad");
+    let socket = hubble_dir.join("hubble.sock");
+    let hubble = Hubble::serve(&socket);
+    let s = setup("cilium", "bad-input", &[], |_| {
+        vec![
+            "--source".into(),
+            "hubble".into(),
+            "--hubble-address".into(),
+            format!("unix://{}", socket.display()),
+        ]
+    })
+    .await;
+    let (web_pod, api_pod) = (s.web_pod.clone(), s.api_pod.clone());
+    let web = Side {
+        namespace: &s.app.name,
+        pod: &web_pod,
+        ip: WEB_IP,
+        app: "web",
+        deployment: Some("web"),
+    };
+    let api = Side {
+        namespace: &s.app.name,
+        pod: &api_pod,
+        ip: API_IP,
+        app: "api",
+        deployment: Some("api"),
+    };
+    hubble.add_json(&tcp_flow(&web, &api, 8080));
+    let name = "deployment-api-ingress";
+    let proposal = s.learned(name).await;
+
+    let label = json!({"metadata": {"labels": {PROMOTE_LABEL: "enforce"}}});
+    s.proposals()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap();
+    let note = s.warning(name, "InvalidPromoteLabel").await;
+    assert!(note.contains("enforce"), "{note}");
+    assert!(
+        s.policies().get_opt(name).await.unwrap().is_none(),
+        "an invalid label promoted the proposal"
+    );
+
+    // The reviewer allows one more port by hand; learning keeps it.
+    let mut spec = proposal.spec.kubernetes.clone().unwrap();
+    let rule = &mut spec.ingress.as_mut().unwrap()[0];
+    let mut extra = rule.ports.as_ref().unwrap()[0].clone();
+    extra.port = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(9443));
+    rule.ports.as_mut().unwrap().push(extra);
+    let edit = json!({"spec": {"kubernetes": spec}});
+    s.proposals()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .unwrap();
+    hubble.add_json(&tcp_flow(&web, &api, 8081));
+    let kept = eventually("the learned port beside the one added by hand", || async {
+        let p = s.proposals().get(name).await.ok()?;
+        let ports: Vec<_> = p.spec.kubernetes?.ingress?[0]
+            .ports
+            .iter()
+            .flatten()
+            .filter_map(|port| port.port.clone())
+            .collect();
+        let has =
+            |n| ports.contains(&k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(n));
+        (has(8081) && has(9443) && has(8080)).then_some(())
+    });
+    kept.await;
+
+    let fix = json!({"metadata": {"labels": {PROMOTE_LABEL: "monitor"}}});
+    s.proposals()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&fix))
+        .await
+        .unwrap();
+    eventually(&format!("policy {name}"), || async {
+        s.policies().get_opt(name).await.ok()?
+    })
+    .await;
+    hubble.add_json(&tcp_flow(&web, &api, 7070));
+    violations_when(&s, name, "the record of port 7070", |st| {
+        st.violations.iter().any(|r| r.id == 1 && r.port == 7070)
+    })
+    .await;
+
+    let annotate = |pairs: &[(&str, &str)]| {
+        let annotations: serde_json::Map<_, _> = pairs
+            .iter()
+            .map(|(id, reason)| (format!("{ACK}{id}"), json!(reason)))
+            .collect();
+        json!({"metadata": {"annotations": annotations}})
+    };
+    s.policies()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&annotate(&[
+                ("1", "known"),
+                ("999", "never assigned"),
+                ("abc", "not a number"),
+            ])),
+        )
+        .await
+        .unwrap();
+    for id in ["999", "abc"] {
+        let key = format!("{ACK}{id}");
+        let note = eventually(&format!("a warning about {key}"), || async {
+            s.warnings(name, "UnknownViolation")
+                .await
+                .into_iter()
+                .find(|note| note.contains(&key))
+        })
+        .await;
+        assert!(note.contains("nothing was acknowledged"), "{note}");
+    }
+    let unannotated = |w: &WorkloadNetworkPolicy| {
+        !w.metadata
+            .annotations
+            .iter()
+            .flatten()
+            .any(|(k, _)| k.starts_with(ACK))
+    };
+    let status = eventually(
+        "record 1 acknowledged and the annotations removed",
+        || async {
+            let w = s.policies().get(name).await.ok()?;
+            let status = w.status.clone()?;
+            (unannotated(&w)
+                && status
+                    .acknowledged_violations
+                    .iter()
+                    .any(|a| a.violation.id == 1))
+            .then_some(status)
+        },
+    )
+    .await;
+    assert_eq!(status.acknowledged_violations.len(), 1, "{status:#?}");
+    assert_eq!(
+        status.acknowledged_violations[0].reason.as_deref(),
+        Some("known")
+    );
+
+    // The same id again, after its record was acknowledged: removed, no warning, no change.
+    let warned = s.warnings(name, "UnknownViolation").await.len();
+    s.policies()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&annotate(&[("1", "again")])),
+        )
+        .await
+        .unwrap();
+    let again = eventually("the repeated annotation removed", || async {
+        let w = s.policies().get(name).await.ok()?;
+        unannotated(&w).then_some(w)
+    })
+    .await;
+    let again = again.status.unwrap();
+    assert_eq!(
+        again.acknowledged_violations,
+        status.acknowledged_violations
+    );
+    s.rounds(2.0).await;
+    assert_eq!(s.warnings(name, "UnknownViolation").await.len(), warned);
     let _ = std::fs::remove_dir_all(&hubble_dir);
     let _ = std::fs::remove_dir_all(&s.dir);
 }

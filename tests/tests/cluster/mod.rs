@@ -202,8 +202,11 @@ impl Drop for Process {
 pub fn binary(name: &str) -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
     BUILT.call_once(|| {
+        // Without the test's CARGO_MANIFEST_DIR: build scripts that track it (ring's) would
+        // see it change and rebuild half the tree here and again in the next `cargo test`.
         let status = Command::new(env!("CARGO"))
             .args(["test", "--workspace", "--no-run", "--quiet"])
+            .env_remove("CARGO_MANIFEST_DIR")
             .stdout(Stdio::null())
             .status()
             .expect("cannot run cargo");

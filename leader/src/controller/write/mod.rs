@@ -9,9 +9,10 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event as EventsV1Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource};
 use ne_crds::{
     AcknowledgedViolation, AuthorizationPolicy, Mode, ViolationRecord, WorkloadNetworkPolicy,
@@ -80,7 +81,8 @@ pub struct Outcome {
 
 pub struct Writer {
     client: Client,
-    recorder: Recorder,
+    /// This replica's identity: the Events' reporting instance.
+    instance: String,
     told: HashSet<String>,
     told_order: VecDeque<String>,
     budget: Budget,
@@ -213,12 +215,8 @@ impl Writer {
         metrics: Arc<ControllerMetrics>,
         events: ViolationEvents,
     ) -> Self {
-        let reporter = Reporter {
-            controller: FIELD_MANAGER.to_owned(),
-            instance: Some(instance.to_owned()),
-        };
         Writer {
-            recorder: Recorder::new(client.clone(), reporter),
+            instance: instance.to_owned(),
             client,
             told: HashSet::new(),
             told_order: VecDeque::new(),
@@ -600,20 +598,32 @@ impl Writer {
             uid: e.regarding.uid.clone(),
             ..ObjectReference::default()
         };
-        let event = KubeEvent {
-            type_: if e.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
+        // Created directly rather than through kube's Recorder: the Recorder folds every
+        // Event of one reason about one object into a series of the first, so a second
+        // warning (another unknown acknowledgement id, say) lost its note. Events are
+        // already written once per key here.
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let event = EventsV1Event {
+            metadata: kube::api::ObjectMeta {
+                name: Some(format!("{}.{:x}", e.regarding.name, now.as_nanosecond())),
+                namespace: Some(e.regarding.namespace.clone()),
+                ..Default::default()
             },
-            reason: e.reason.to_owned(),
+            event_time: Some(MicroTime(now)),
+            type_: Some(if e.warning { "Warning" } else { "Normal" }.to_owned()),
+            reason: Some(e.reason.to_owned()),
             note: Some(e.note),
-            action: "Reconcile".to_owned(),
-            secondary: None,
+            action: Some("Reconcile".to_owned()),
+            regarding: Some(reference),
+            reporting_controller: Some(FIELD_MANAGER.to_owned()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Default::default()
         };
         self.count(e.kind, "event");
-        self.recorder
-            .publish(&event, &reference)
+        let events: Api<EventsV1Event> =
+            Api::namespaced(self.client.clone(), &e.regarding.namespace);
+        events
+            .create(&PostParams::default(), &event)
             .await
             .map_err(|error| (e.kind, "event", error))?;
         if self.told_order.len() >= EVENT_MEMORY

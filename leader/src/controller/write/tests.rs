@@ -423,6 +423,56 @@ fn warning(key: &str) -> Action {
     })
 }
 
+/// Two warnings of one reason about one object are two Events, each with its own note
+/// (kube's Recorder made the second a repeat of the first, and its note was lost).
+#[tokio::test]
+async fn warnings_of_one_reason_about_one_object_keep_their_own_notes() {
+    let warn = |key: &str, note: &str| match warning(key) {
+        Action::Event(e) => Action::Event(Event {
+            note: note.to_owned(),
+            ..e
+        }),
+        _ => unreachable!(),
+    };
+    let plan = Plan {
+        actions: vec![
+            warn("p@1:a", "acknowledge-999"),
+            warn("p@1:b", "acknowledge-abc"),
+        ],
+        ..Plan::default()
+    };
+    let event = |note: &'static str| {
+        move |b: &Value| {
+            assert_eq!(b["note"], note);
+            assert_eq!(b["type"], "Warning");
+            assert_eq!(b["reason"], "InvalidPromoteLabel");
+            assert_eq!(b["regarding"]["name"], "deployment-api-ingress");
+            assert_eq!(b["reportingController"], "network-enforcer");
+            assert_eq!(b["reportingInstance"], "leader-0");
+            assert!(b["eventTime"].is_string(), "{b}");
+            assert!(b.get("series").is_none(), "{b}");
+        }
+    };
+    let steps = vec![
+        step(
+            "POST",
+            format!("{EVENTS}?"),
+            event("acknowledge-999"),
+            201,
+            echo,
+        ),
+        step(
+            "POST",
+            format!("{EVENTS}?"),
+            event("acknowledge-abc"),
+            201,
+            echo,
+        ),
+    ];
+    let outcome = run(plan, steps, plenty(), &leading()).await;
+    assert_eq!(outcome.written, 2);
+}
+
 #[tokio::test]
 async fn an_event_is_recorded_once_per_key_and_failures_are_counted() {
     let plan = Plan {
