@@ -1,7 +1,18 @@
 //! The Helm chart against a real API server: the project's control plane
 //! (`tests/control-plane/up`, started on first use) or the cluster `NE_TEST_KUBECONFIG`
-//! names. Rendered with the real helm binary (`chart/helm.rs`).
+//! names. Rendered and installed with the real helm binary (`chart/helm.rs`).
 //!
+//! - Every object of every render (each provider × collector strategy, and the variants) is
+//!   accepted by a server-side dry-run apply with strict field validation, and the server
+//!   keeps every field the chart sets. The chart renders no Istio AuthorizationPolicy (the
+//!   leader creates them), so only the Network Enforcer CRDs are installed first.
+//! - The admission policy and its binding, applied for real, refuse a proposal whose promote
+//!   label is not a mode, on create and on a label patch (how users promote), and let
+//!   `monitor` and `protect` through.
+//! - `helm install`, `helm upgrade` and `helm uninstall` of each provider: the workloads exist,
+//!   the controller manager makes their ReplicaSets and Pods (Pending: no scheduler runs),
+//!   the upgrade changes the leader Deployment, and the uninstall removes everything the
+//!   release made, the ReplicaSets and Pods by garbage collection.
 //! - The aggregated roles let a namespace `edit` user promote and acknowledge and a `view`
 //!   user only read (SubjectAccessReviews).
 
@@ -11,15 +22,690 @@ mod chart_helm;
 mod chart_support;
 mod cluster;
 
-use chart_helm::{RELEASE, matrix_values};
-use chart_support::{Case, NAMESPACE};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use chart_helm::{COLLECTORS, PROVIDERS, RELEASE, helm, matrix_values, run, values_file};
+use chart_support::{Case, NAMESPACE, describe};
+use cluster::{TempNamespace, eventually};
+use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    PostParams,
+};
+use kube::discovery::{ApiCapabilities, Scope};
+use kube::{Api, Client};
+use ne_crds::{PROMOTE_LABEL, WorkloadNetworkPolicyProposal};
 use serde_json::{Value, json};
+
+/// The admission policies of every release apply cluster-wide, and a refusal names the one
+/// policy that denied: the admission test, which checks that its own policy refuses, runs
+/// alone (write); the installs, each with its own policy, together (read).
+static CLUSTER_WIDE_POLICIES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// `helm template` of `values` as release `release` in `namespace`, parsed.
 fn render(release: &str, namespace: &str, name: &str, values: &Value) -> Case {
     let manifests = chart_helm::template(release, namespace, name, values)
         .unwrap_or_else(|e| panic!("{name}: helm template failed:\n{e}"));
     Case::parse(name, &manifests, String::new())
+}
+
+/// A release name of its own (cluster-scoped objects are named `<release>-...`): the name of
+/// the test's namespace, unique per run.
+fn release_of(ns: &TempNamespace) -> String {
+    ns.name.clone()
+}
+
+/// Which resource serves an object's kind, and whether it is namespaced, asked of the server
+/// once per kind.
+#[derive(Default)]
+struct Kinds(BTreeMap<(String, String), (ApiResource, ApiCapabilities)>);
+
+impl Kinds {
+    async fn api(&mut self, client: &Client, object: &Value) -> (Api<DynamicObject>, Scope) {
+        let api_version = object["apiVersion"].as_str().expect("apiVersion");
+        let kind = object["kind"].as_str().expect("kind");
+        let key = (api_version.to_owned(), kind.to_owned());
+        if !self.0.contains_key(&key) {
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            let gvk = GroupVersionKind::gvk(group, version, kind);
+            let found = kube::discovery::pinned_kind(client, &gvk)
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "the API server serves no {api_version} {kind} ({e}): {}",
+                        describe(object)
+                    )
+                });
+            self.0.insert(key.clone(), found);
+        }
+        let (resource, capabilities) = &self.0[&key];
+        let api = match capabilities.scope {
+            Scope::Namespaced => {
+                let ns = object["metadata"]["namespace"].as_str().unwrap_or_else(|| {
+                    panic!("{} is namespaced but has no namespace", describe(object))
+                });
+                Api::namespaced_with(client.clone(), ns, resource)
+            }
+            Scope::Cluster => Api::all_with(client.clone(), resource),
+        };
+        (api, capabilities.scope.clone())
+    }
+}
+
+/// Server-side apply of `object` (strict field validation: an unknown or duplicate field is
+/// an error, not a warning), for real or as a dry run.
+async fn apply(
+    kinds: &mut Kinds,
+    client: &Client,
+    object: &Value,
+    dry_run: bool,
+) -> Result<DynamicObject, kube::Error> {
+    let (api, _) = kinds.api(client, object).await;
+    let mut params = PatchParams::apply("ne-chart-test")
+        .force()
+        .validation_strict();
+    if dry_run {
+        params = params.dry_run();
+    }
+    let name = object["metadata"]["name"].as_str().expect("metadata.name");
+    api.patch(name, &params, &Patch::Apply(object)).await
+}
+
+/// The path of the first field `rendered` sets that `stored` lacks or holds differently
+/// (the server may add defaults, never drop or change what the chart set).
+fn dropped(rendered: &Value, stored: &Value, path: &str) -> Option<String> {
+    match (rendered, stored) {
+        (Value::Null, _) => None,
+        (Value::Object(r), Value::Object(s)) => r.iter().find_map(|(k, v)| match s.get(k) {
+            Some(sv) => dropped(v, sv, &format!("{path}.{k}")),
+            None if v.is_null() => None,
+            None => Some(format!("{path}.{k}")),
+        }),
+        (Value::Array(r), Value::Array(s)) if r.len() == s.len() => r
+            .iter()
+            .zip(s)
+            .enumerate()
+            .find_map(|(i, (rv, sv))| dropped(rv, sv, &format!("{path}[{i}]"))),
+        _ => (rendered != stored).then(|| format!("{path}: {rendered} stored as {stored}")),
+    }
+}
+
+/// Objects applied for real, deleted when dropped (also when the test fails).
+struct Applied(Vec<(Api<DynamicObject>, String)>);
+
+impl Drop for Applied {
+    fn drop(&mut self) {
+        let objects = std::mem::take(&mut self.0);
+        cluster::in_drop(async move {
+            for (api, name) in objects {
+                let _ = api.delete(&name, &DeleteParams::background()).await;
+            }
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rendered_object_is_accepted_by_a_server_side_dry_run_apply() {
+    let client = cluster::client().await;
+    cluster::install_crds(&client).await;
+    // The release namespace exists before anything is applied into it.
+    let ns = TempNamespace::new(&client, "ne-chart-dry-run").await;
+    let cases = chart_helm::cases();
+    for provider in PROVIDERS {
+        for collector in COLLECTORS {
+            let name = format!("{provider}-{collector}");
+            assert!(
+                cases.iter().any(|(n, _)| *n == name),
+                "{name} is not rendered"
+            );
+        }
+    }
+    let mut kinds = Kinds::default();
+    let mut refused = Vec::new();
+    let mut accepted = 0;
+    for (name, values) in &cases {
+        let case = render(RELEASE, &ns.name, name, values);
+        assert!(!case.objects.is_empty(), "{name}: nothing rendered");
+        for object in &case.objects {
+            let what = format!("{name}: {}", describe(object));
+            let (_, scope) = kinds.api(&client, object).await;
+            let namespace = object["metadata"]["namespace"].as_str();
+            match scope {
+                Scope::Namespaced => assert_eq!(namespace, Some(ns.name.as_str()), "{what}"),
+                Scope::Cluster => assert_eq!(namespace, None, "{what}: cluster-scoped"),
+            }
+            match apply(&mut kinds, &client, object, true).await {
+                Ok(stored) => {
+                    let stored = serde_json::to_value(&stored).unwrap();
+                    if let Some(path) = dropped(object, &stored, "") {
+                        refused.push(format!("{what}: the server does not keep `{path}`"));
+                    }
+                    accepted += 1;
+                }
+                Err(e) => refused.push(format!("{what}: {e}")),
+            }
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "the API server refuses or changes what the chart renders (fix the chart's \
+         templates):\n{}",
+        refused.join("\n")
+    );
+    assert!(
+        accepted >= cases.len() * 15,
+        "only {accepted} objects applied"
+    );
+}
+
+/// A valid proposal (the CRD's own test fixture) named `name`, with promote label `mode`.
+fn proposal(ns: &str, name: &str, mode: Option<&str>) -> WorkloadNetworkPolicyProposal {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/testdata/wnpp-kubernetes.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut value: Value = serde_saphyr::from_str(&text).unwrap();
+    value["metadata"] = json!({"name": name, "namespace": ns});
+    if let Some(mode) = mode {
+        value["metadata"]["labels"] = json!({PROMOTE_LABEL: mode});
+    }
+    value.as_object_mut().unwrap().remove("status");
+    serde_json::from_value(value).unwrap()
+}
+
+fn promote_label(mode: &str) -> Value {
+    json!({"metadata": {"labels": {PROMOTE_LABEL: mode}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_policy_refuses_a_promote_label_other_than_monitor_or_protect() {
+    let _alone = CLUSTER_WIDE_POLICIES.write().await;
+    let client = cluster::client().await;
+    cluster::install_crds(&client).await;
+    let ns = TempNamespace::new(&client, "ne-chart-admission").await;
+    let release = release_of(&ns);
+    let case = render(
+        &release,
+        &ns.name,
+        "admission",
+        &matrix_values("calico", "none"),
+    );
+    let policy = format!("{release}-promote-label");
+    let mut kinds = Kinds::default();
+    let mut applied = Applied(Vec::new());
+    for kind in [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ] {
+        let object = case.get(kind, &policy);
+        apply(&mut kinds, &client, object, false)
+            .await
+            .unwrap_or_else(|e| panic!("the API server refuses {kind} {policy}: {e}"));
+        applied
+            .0
+            .push((kinds.api(&client, object).await.0, policy.clone()));
+    }
+
+    // The server type-checks the expression against the CRD's schema.
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let status = eventually("the API server type-checked the policy", || async {
+        let p = policies.get(&policy).await.ok()?;
+        let status = p.status?;
+        (status.observed_generation.is_some()
+            && status.observed_generation == p.metadata.generation)
+            .then_some(status)
+    })
+    .await;
+    let warnings = status
+        .type_checking
+        .and_then(|t| t.expression_warnings)
+        .unwrap_or_default();
+    assert!(
+        warnings.is_empty(),
+        "the policy's CEL does not type-check against the CRD (fix templates/admission.yaml): \
+         {warnings:?}"
+    );
+
+    let proposals: Api<WorkloadNetworkPolicyProposal> = Api::namespaced(client.clone(), &ns.name);
+    // Refused by this release's policy, as Invalid (422), with the policy's message.
+    let refused_by_policy =
+        |result: Result<WorkloadNetworkPolicyProposal, kube::Error>| match result {
+            Err(kube::Error::Api(status)) if status.message.contains(&policy) => Some(status),
+            _ => None,
+        };
+    // The binding takes effect a moment after it is created: until then a dry run passes.
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let refusal = eventually(
+        "the policy's binding in effect (a proposal labelled enforce refused)",
+        || async {
+            refused_by_policy(
+                proposals
+                    .create(&dry_run, &proposal(&ns.name, "probe", Some("enforce")))
+                    .await,
+            )
+        },
+    )
+    .await;
+    assert_eq!(
+        (refusal.code, refusal.reason.as_str()),
+        (422, "Invalid"),
+        "{refusal:?}"
+    );
+    assert!(
+        refusal.message.contains("must be monitor or protect"),
+        "{}",
+        refusal.message
+    );
+
+    // Created with a label.
+    for bad in ["enforce", "Monitor", "", "true"] {
+        let result = proposals
+            .create(
+                &PostParams::default(),
+                &proposal(&ns.name, "bad", Some(bad)),
+            )
+            .await;
+        assert!(
+            refused_by_policy(result).is_some(),
+            "a proposal labelled {PROMOTE_LABEL}={bad:?} is not refused by {policy}"
+        );
+    }
+    for mode in ["monitor", "protect"] {
+        let name = format!("created-{mode}");
+        let created = proposals
+            .create(
+                &PostParams::default(),
+                &proposal(&ns.name, &name, Some(mode)),
+            )
+            .await
+            .unwrap_or_else(|e| {
+                panic!("a proposal labelled {PROMOTE_LABEL}={mode} is refused: {e}")
+            });
+        assert_eq!(
+            created
+                .metadata
+                .labels
+                .unwrap_or_default()
+                .get(PROMOTE_LABEL)
+                .map(String::as_str),
+            Some(mode)
+        );
+    }
+    // Promoted as users do, by labelling an existing proposal (an UPDATE).
+    proposals
+        .create(
+            &PostParams::default(),
+            &proposal(&ns.name, "labelled-later", None),
+        )
+        .await
+        .expect("a proposal without the label is accepted");
+    let label = |mode: &'static str| {
+        let proposals = proposals.clone();
+        async move {
+            proposals
+                .patch(
+                    "labelled-later",
+                    &PatchParams::default(),
+                    &Patch::Merge(&promote_label(mode)),
+                )
+                .await
+        }
+    };
+    assert!(
+        refused_by_policy(label("enforce").await).is_some(),
+        "labelling a proposal {PROMOTE_LABEL}=enforce is not refused by {policy}"
+    );
+    for mode in ["monitor", "protect"] {
+        let patched = label(mode).await.unwrap_or_else(|e| {
+            panic!("labelling a proposal {PROMOTE_LABEL}={mode} is refused: {e}")
+        });
+        assert_eq!(
+            patched
+                .metadata
+                .labels
+                .unwrap_or_default()
+                .get(PROMOTE_LABEL)
+                .map(String::as_str),
+            Some(mode)
+        );
+    }
+}
+
+/// A Node object with no kubelet behind it, so that a DaemonSet has a node to make a pod
+/// for (the pod stays Pending: no scheduler binds it); deleted when dropped.
+struct TempNode {
+    api: Api<Node>,
+    name: String,
+}
+
+impl TempNode {
+    async fn new(client: &Client, name: &str) -> Self {
+        let api: Api<Node> = Api::all(client.clone());
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        };
+        api.create(&PostParams::default(), &node)
+            .await
+            .unwrap_or_else(|e| panic!("cannot create node {name}: {e}"));
+        TempNode {
+            api,
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl Drop for TempNode {
+    fn drop(&mut self) {
+        let (api, name) = (self.api.clone(), self.name.clone());
+        cluster::in_drop(async move {
+            let _ = api.delete(&name, &DeleteParams::default()).await;
+        });
+    }
+}
+
+/// A release of the chart in a namespace of the test's, uninstalled when dropped unless the
+/// test did (so no cluster-scoped object outlives a failed test).
+struct Release {
+    name: String,
+    namespace: String,
+    uninstalled: bool,
+}
+
+impl Release {
+    /// `helm VERB <release> -n <namespace> --kubeconfig <the cluster under test>`.
+    fn helm(&self, verb: &str) -> std::process::Command {
+        let mut command = helm();
+        command
+            .arg(verb)
+            .arg(&self.name)
+            .args(["-n", &self.namespace, "--kubeconfig"])
+            .arg(cluster::kubeconfig());
+        command
+    }
+
+    /// `helm install` or `helm upgrade` of the chart with `values`; no `--wait` (no pod
+    /// of this control plane ever gets ready): the test waits on the objects instead.
+    fn deploy(&self, verb: &str, values: &Value) {
+        let file = values_file(&format!("{}-{verb}", self.name), values);
+        run(self
+            .helm(verb)
+            .arg(chart_helm::chart_dir())
+            .arg("-f")
+            .arg(&file))
+        .unwrap_or_else(|e| panic!("helm {verb} {} failed:\n{e}", self.name));
+    }
+
+    /// `helm status -o json`: the release's revision and state.
+    fn status(&self) -> (i64, String) {
+        let out = run(self.helm("status").args(["-o", "json"]))
+            .unwrap_or_else(|e| panic!("helm status {} failed:\n{e}", self.name));
+        let status: Value = serde_json::from_str(&out).unwrap();
+        (
+            status["version"].as_i64().unwrap_or_default(),
+            status["info"]["status"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    }
+
+    fn uninstall(&mut self) {
+        run(&mut self.helm("uninstall"))
+            .unwrap_or_else(|e| panic!("helm uninstall {} failed:\n{e}", self.name));
+        self.uninstalled = true;
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if !self.uninstalled {
+            let _ = run(self.helm("uninstall").arg("--ignore-not-found"));
+        }
+    }
+}
+
+/// Whether `meta` names the object of uid `uid` as its controller.
+fn controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
+/// The Pods whose controller is the object of uid `owner` (`None` if the list failed).
+async fn pods_of(pods: &Api<Pod>, owner: &str) -> Option<Vec<Pod>> {
+    let list = pods.list(&ListParams::default()).await.ok()?;
+    Some(
+        list.items
+            .into_iter()
+            .filter(|p| controlled_by(&p.metadata, owner))
+            .collect(),
+    )
+}
+
+/// Unscheduled: no node is bound, nothing runs.
+fn pending(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
+        && pod.spec.as_ref().is_some_and(|s| s.node_name.is_none())
+}
+
+/// Waits until the controller manager has made a ReplicaSet of Deployment `name` (owned by
+/// it) that `matches`, with at least `min_pods` Pods (owned by the ReplicaSet, Pending).
+async fn replica_set_of(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    matches: impl Fn(&ReplicaSet) -> bool,
+    min_pods: usize,
+) -> (ReplicaSet, Vec<Pod>) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let deployment = deployments
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("no Deployment {ns}/{name}: {e}"));
+    let uid = deployment.metadata.uid.unwrap();
+    let (rs, pods) = eventually(
+        &format!("a ReplicaSet of Deployment {ns}/{name} with {min_pods} Pods"),
+        || async {
+            let list = replica_sets.list(&ListParams::default()).await.ok()?;
+            for rs in list.items {
+                if controlled_by(&rs.metadata, &uid) && matches(&rs) {
+                    let owned = pods_of(&pods, rs.metadata.uid.as_deref()?).await?;
+                    if owned.len() >= min_pods {
+                        return Some((rs, owned));
+                    }
+                }
+            }
+            None
+        },
+    )
+    .await;
+    for pod in &pods {
+        assert!(pending(pod), "{name}: {:?}", pod.status);
+    }
+    (rs, pods)
+}
+
+/// The containers' args of a ReplicaSet's pod template.
+fn template_args(rs: &ReplicaSet) -> Vec<String> {
+    rs.spec
+        .as_ref()
+        .and_then(|s| s.template.as_ref())
+        .and_then(|t| t.spec.as_ref())
+        .map(|s| {
+            s.containers
+                .iter()
+                .flat_map(|c| c.args.clone().unwrap_or_default())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The one DaemonSet pod for `node`: owned by the DaemonSet, with the node affinity the
+/// DaemonSet controller gives it, Pending.
+async fn daemon_pod(client: &Client, ns: &str, name: &str, node: &str) -> Pod {
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let ds = daemon_sets
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("no DaemonSet {ns}/{name}: {e}"));
+    let uid = ds.metadata.uid.unwrap();
+    let for_node = |pod: &Pod| {
+        let affinity = serde_json::to_value(pod.spec.as_ref().map(|s| &s.affinity)).unwrap();
+        affinity.to_string().contains(&format!("\"{node}\""))
+    };
+    let pod = eventually(
+        &format!("the pod of DaemonSet {ns}/{name} for node {node}"),
+        || async { pods_of(&pods, &uid).await?.into_iter().find(for_node) },
+    )
+    .await;
+    assert!(pending(&pod), "{name}: {:?}", pod.status);
+    pod
+}
+
+async fn install_upgrade_uninstall(provider: &str) {
+    let _with_other_installs = CLUSTER_WIDE_POLICIES.read().await;
+    let client = cluster::client().await;
+    cluster::install_crds(&client).await;
+    let ns = TempNamespace::new(&client, &format!("ne-helm-{provider}")).await;
+    let mut release = Release {
+        name: release_of(&ns),
+        namespace: ns.name.clone(),
+        uninstalled: false,
+    };
+    let node = TempNode::new(&client, &format!("{}-node", release.name)).await;
+    let (ns, name) = (ns.name.as_str(), release.name.clone());
+    let leader = format!("{name}-leader");
+    let agent = format!("{name}-agent");
+    let collector = format!("{name}-otel-collector");
+
+    // Install (the default collector too).
+    release.deploy("install", &json!({"provider": provider}));
+    assert_eq!(release.status(), (1, "deployed".to_owned()));
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let installed = deployments
+        .get(&leader)
+        .await
+        .expect("the leader Deployment");
+    let labels = installed.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("Helm")
+    );
+    let annotations = installed.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(annotations.get("meta.helm.sh/release-name"), Some(&name));
+    let (leader_rs, leader_pods) = replica_set_of(&client, ns, &leader, |_| true, 2).await;
+    assert_eq!(leader_pods.len(), 2, "leader.replicas is 2");
+    let first_template =
+        leader_rs.metadata.labels.clone().unwrap_or_default()["pod-template-hash"].clone();
+    if provider == "calico" {
+        let (_, agent_pods) = replica_set_of(&client, ns, &agent, |_| true, 1).await;
+        assert_eq!(agent_pods.len(), 1, "one Goldmane reader");
+    } else {
+        daemon_pod(&client, ns, &agent, &node.name).await;
+    }
+    replica_set_of(&client, ns, &collector, |_| true, 1).await;
+
+    // Upgrade: one more leader replica and another flush interval.
+    release.deploy(
+        "upgrade",
+        &json!({"provider": provider, "leader": {"replicas": 3, "flushInterval": "2s"}}),
+    );
+    assert_eq!(release.status(), (2, "deployed".to_owned()));
+    let upgraded = deployments
+        .get(&leader)
+        .await
+        .expect("the leader Deployment");
+    let spec = upgraded.spec.as_ref().unwrap();
+    assert_eq!(spec.replicas, Some(3));
+    let args = spec.template.spec.as_ref().unwrap().containers[0]
+        .args
+        .clone()
+        .unwrap_or_default();
+    assert!(args.contains(&"--flush-interval=2s".to_owned()), "{args:?}");
+    // A new template: the controller manager starts a ReplicaSet of it (the old pods never
+    // get ready here, so the rollout itself goes no further than its surge).
+    let (new_rs, _) = replica_set_of(
+        &client,
+        ns,
+        &leader,
+        |rs| template_args(rs).contains(&"--flush-interval=2s".to_owned()),
+        1,
+    )
+    .await;
+    assert_ne!(
+        new_rs.metadata.labels.unwrap_or_default()["pod-template-hash"],
+        first_template
+    );
+
+    // Uninstall: helm deletes what it made; the garbage collector the ReplicaSets and Pods.
+    release.uninstall();
+    let selector = format!("app.kubernetes.io/instance={name}");
+    let by_release = ListParams::default().labels(&selector);
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut kinds = Kinds::default();
+    let case = render(&name, ns, provider, &json!({"provider": provider}));
+    let mut apis = Vec::new();
+    for object in &case.objects {
+        let (api, _) = kinds.api(&client, object).await;
+        apis.push((api, object["metadata"]["name"].as_str().unwrap().to_owned()));
+    }
+    eventually(
+        &format!(
+            "every object of release {name} gone after helm uninstall (what helm made, and the \
+             ReplicaSets and Pods, by garbage collection)"
+        ),
+        || async {
+            for (api, object) in &apis {
+                if api.get_opt(object).await.ok()?.is_some() {
+                    return None;
+                }
+            }
+            let none = deployments.list(&by_release).await.ok()?.items.is_empty()
+                && daemon_sets.list(&by_release).await.ok()?.items.is_empty()
+                && replica_sets.list(&by_release).await.ok()?.items.is_empty()
+                && pods.list(&by_release).await.ok()?.items.is_empty();
+            none.then_some(())
+        },
+    )
+    .await;
+    // The CRDs stay (Helm never deletes crds/), and with them the proposals and policies.
+    cluster::established(
+        &client,
+        "workloadnetworkpolicyproposals.networkenforcer.kubewarden.io",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_install_upgrade_uninstall_cilium() {
+    install_upgrade_uninstall("cilium").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_install_upgrade_uninstall_calico() {
+    install_upgrade_uninstall("calico").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_install_upgrade_uninstall_istio() {
+    install_upgrade_uninstall("istio").await;
 }
 
 /// Against a real API server: the chart's ClusterRoles, aggregated by the cluster into the
