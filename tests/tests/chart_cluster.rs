@@ -13,6 +13,10 @@
 //!   the controller manager makes their ReplicaSets and Pods (Pending: no scheduler runs),
 //!   the upgrade changes the leader Deployment, and the uninstall removes everything the
 //!   release made, the ReplicaSets and Pods by garbage collection.
+//! - The chart's RBAC is all the leader needs: the real `ne-leader`, with a token of the chart's
+//!   leader ServiceAccount and the args of the chart's Deployment, leads, labels its pod,
+//!   authenticates the real `ne-agent` (a token of the chart's agent ServiceAccount) and
+//!   writes a proposal, a policy and a NetworkPolicy.
 //! - The aggregated roles let a namespace `edit` user promote and acknowledge and a `view`
 //!   user only read (SubjectAccessReviews).
 
@@ -30,7 +34,8 @@ use chart_support::{Case, NAMESPACE, describe};
 use cluster::{TempNamespace, eventually};
 use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
@@ -841,4 +846,301 @@ async fn namespace_edit_users_promote_and_acknowledge_and_view_users_only_read()
     }
     // Only the leader creates proposals.
     assert!(!allowed("editor", "create", wnpp).await);
+}
+
+/// A token of ServiceAccount `ns/name` (TokenRequest), for `audience` (else the API server's).
+async fn token(client: &Client, ns: &str, name: &str, audience: Option<&str>) -> String {
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: audience.map(|a| vec![a.to_owned()]).unwrap_or_default(),
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    api.create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("no token for ServiceAccount {ns}/{name}: {e}"))
+        .status
+        .expect("the token")
+        .token
+}
+
+/// A kubeconfig (JSON, which is YAML) of the cluster under test whose only user is `token`.
+fn kubeconfig_of(token: &str, file: &Path) {
+    let path = cluster::kubeconfig();
+    let text = std::fs::read_to_string(path).unwrap();
+    let admin: Value =
+        serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let current = admin["current-context"].as_str().expect("current-context");
+    let context = admin["contexts"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == current))
+        .expect("the current context");
+    let cluster = admin["clusters"]
+        .as_array()
+        .and_then(|c| {
+            c.iter()
+                .find(|c| c["name"] == context["context"]["cluster"])
+        })
+        .expect("the current context's cluster");
+    let config = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": "token", "user": {"token": token}}],
+        "contexts": [{"name": "token", "context": {"cluster": cluster["name"], "user": "token"}}],
+        "current-context": "token",
+    });
+    std::fs::write(file, config.to_string()).unwrap();
+}
+
+/// A container of the cluster's copy of a workload, to run out of the cluster as the pod
+/// `pod` would: its args with `$(VAR)` expanded and its environment (downward API fields of
+/// the pod resolved; `spec.nodeName` is `worker-1`, as no pod here is bound), the flags in
+/// `replace` given other values.
+fn as_pod_would(
+    container: &k8s_openapi::api::core::v1::Container,
+    pod: &Pod,
+    replace: &[(&str, String)],
+) -> (Vec<String>, Vec<(String, String)>) {
+    let field = |path: &str| match path {
+        "metadata.name" => pod.metadata.name.clone().unwrap(),
+        "metadata.namespace" => pod.metadata.namespace.clone().unwrap(),
+        "spec.nodeName" => "worker-1".to_owned(),
+        other => panic!("no value for the downward API field {other}"),
+    };
+    let env: Vec<(String, String)> = container
+        .env
+        .iter()
+        .flatten()
+        .map(|e| {
+            let value = match (&e.value, &e.value_from) {
+                (Some(v), _) => v.clone(),
+                (None, Some(from)) => {
+                    field(&from.field_ref.as_ref().expect("a fieldRef").field_path)
+                }
+                (None, None) => String::new(),
+            };
+            (e.name.clone(), value)
+        })
+        .collect();
+    let args = container
+        .args
+        .iter()
+        .flatten()
+        .map(|arg| {
+            let mut arg = arg.clone();
+            for (name, value) in &env {
+                arg = arg.replace(&format!("$({name})"), value);
+            }
+            for (flag, value) in replace {
+                if arg.starts_with(&format!("{flag}=")) {
+                    arg = format!("{flag}={value}");
+                }
+            }
+            arg
+        })
+        .collect();
+    (args, env)
+}
+
+/// The chart's RBAC is all the leader needs. The real `ne-leader`, run out of the cluster with
+/// a token of the chart's leader ServiceAccount and the args and environment of the chart's
+/// Deployment as one of its (Pending) pods, takes the chart's Lease, labels that pod for the
+/// leader-only Service, accepts the real `ne-agent`'s stream (TokenReview of a token of the
+/// chart's agent ServiceAccount, with the audience of the agent's projected volume), learns a
+/// proposal for a Deployment of the cluster, and turns it, promoted to protect, into a
+/// NetworkPolicy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_learns_and_protects_with_only_the_charts_rbac() {
+    use cluster::hubble::{Hubble, Side, tcp_flow};
+
+    let _with_other_installs = CLUSTER_WIDE_POLICIES.read().await;
+    let client = cluster::client().await;
+    cluster::install_crds(&client).await;
+    let system = TempNamespace::new(&client, "ne-helm-rbac").await;
+    let app = TempNamespace::new(&client, "ne-chart-app").await;
+    let release = Release {
+        name: release_of(&system),
+        namespace: system.name.clone(),
+        uninstalled: false,
+    };
+    let (ns, name) = (system.name.as_str(), release.name.as_str());
+    release.deploy(
+        "install",
+        &json!({"provider": "cilium", "telemetry": {"collector": "none"}}),
+    );
+    let leader_name = format!("{name}-leader");
+    let (_, leader_pods) = replica_set_of(&client, ns, &leader_name, |_| true, 2).await;
+    let pod = &leader_pods[0];
+    let pod_name = pod.metadata.name.clone().unwrap();
+    let (api_ip, web_ip) = ("10.250.1.21", "10.250.1.11");
+    let (api, api_pod) = cluster::deployment(&client, &app.name, "api", "api", api_ip).await;
+    let (_, web_pod) = cluster::deployment(&client, &app.name, "web", "web", web_ip).await;
+
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chart-rbac-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("hubble.sock");
+    let hubble = Hubble::serve(&socket);
+    let web = Side {
+        namespace: &app.name,
+        pod: &web_pod,
+        ip: web_ip,
+        app: "web",
+        deployment: Some("web"),
+    };
+    let api_side = Side {
+        namespace: &app.name,
+        pod: &api_pod,
+        ip: api_ip,
+        app: "api",
+        deployment: None,
+    };
+    hubble.add_json(&tcp_flow(&web, &api_side, 8080));
+
+    // The leader, as the chart deploys it (on loopback instead of every address).
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let deployment = deployments.get(&leader_name).await.unwrap();
+    let pod_spec = deployment.spec.unwrap().template.spec.unwrap();
+    let leader_sa = pod_spec
+        .service_account_name
+        .clone()
+        .expect("a ServiceAccount");
+    let ingest = cluster::free_address();
+    let (args, env) = as_pod_would(
+        &pod_spec.containers[0],
+        pod,
+        &[
+            ("--ingest-address", ingest.clone()),
+            ("--metrics-address", "127.0.0.1:0".to_owned()),
+        ],
+    );
+    let leader_kubeconfig = dir.join("leader.kubeconfig");
+    kubeconfig_of(
+        &token(&client, ns, &leader_sa, None).await,
+        &leader_kubeconfig,
+    );
+    let mut command = std::process::Command::new(cluster::binary("ne-leader"));
+    command
+        .args(&args)
+        .envs(env)
+        .env("KUBECONFIG", &leader_kubeconfig)
+        .env("RUST_LOG", "info");
+    let _leader = cluster::Process::spawn(&format!("chart-leader-{name}"), command);
+
+    // The agent, as the chart's DaemonSet runs it, with a token of its ServiceAccount.
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
+    let agent_spec = daemon_sets
+        .get(&format!("{name}-agent"))
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
+    let agent_sa = agent_spec
+        .service_account_name
+        .clone()
+        .expect("a ServiceAccount");
+    let audience = agent_spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| v.projected.as_ref())
+        .flat_map(|p| p.sources.iter().flatten())
+        .find_map(|s| s.service_account_token.as_ref())
+        .and_then(|t| t.audience.clone())
+        .expect("the agent's projected token has an audience");
+    let token_file = dir.join("agent.token");
+    std::fs::write(
+        &token_file,
+        token(&client, ns, &agent_sa, Some(&audience)).await,
+    )
+    .unwrap();
+    let (args, env) = as_pod_would(
+        &agent_spec.containers[0],
+        pod,
+        &[
+            ("--hubble-address", format!("unix://{}", socket.display())),
+            ("--leader-address", ingest.clone()),
+            ("--leader-token-file", token_file.display().to_string()),
+            ("--metrics-address", "127.0.0.1:0".to_owned()),
+        ],
+    );
+    let mut command = std::process::Command::new(cluster::binary("ne-agent"));
+    command.args(&args).envs(env).env("RUST_LOG", "info");
+    let _agent = cluster::Process::spawn(&format!("chart-agent-{name}"), command);
+
+    // The Lease, held for the pod; the pod labelled for the leader-only Service.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), ns);
+    eventually(
+        &format!("Lease {ns}/{leader_name} held by {pod_name}"),
+        || async {
+            let lease = leases.get_opt(&leader_name).await.ok()??;
+            (lease.spec?.holder_identity? == pod_name).then_some(())
+        },
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    eventually(
+        &format!("pod {pod_name} labelled as the leader"),
+        || async {
+            let labels = pods.get(&pod_name).await.ok()?.metadata.labels?;
+            (labels.get(chart_support::LEADER_POD_LABEL)? == "true").then_some(())
+        },
+    )
+    .await;
+
+    // Learned from the agent's stream, owned by the workload.
+    let proposals: Api<WorkloadNetworkPolicyProposal> = Api::namespaced(client.clone(), &app.name);
+    let proposal = "deployment-api-ingress";
+    let api_uid = api.metadata.uid.clone().unwrap();
+    eventually(
+        &format!("proposal {proposal} with evidence, owned by Deployment api"),
+        || async {
+            let p = proposals.get_opt(proposal).await.ok()??;
+            let owned = p
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "Deployment" && o.uid == api_uid);
+            let evidence = p.status.is_some_and(|s| s.flow_count > 0);
+            (owned && evidence).then_some(())
+        },
+    )
+    .await;
+
+    // Promoted to protect: a policy, and the NetworkPolicy it owns.
+    proposals
+        .patch(
+            proposal,
+            &PatchParams::default(),
+            &Patch::Merge(&promote_label("protect")),
+        )
+        .await
+        .expect("promoting the proposal");
+    let policies: Api<ne_crds::WorkloadNetworkPolicy> = Api::namespaced(client.clone(), &app.name);
+    let policy = eventually(&format!("policy {proposal}"), || async {
+        policies.get_opt(proposal).await.ok()?
+    })
+    .await;
+    assert_eq!(policy.spec.mode, ne_crds::Mode::Protect);
+    let natives: Api<k8s_openapi::api::networking::v1::NetworkPolicy> =
+        Api::namespaced(client.clone(), &app.name);
+    let policy_uid = policy.metadata.uid.clone().unwrap();
+    eventually(
+        &format!("NetworkPolicy {proposal}, owned by the policy"),
+        || async {
+            let native = natives.get_opt(proposal).await.ok()??;
+            controlled_by(&native.metadata, &policy_uid).then_some(())
+        },
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
