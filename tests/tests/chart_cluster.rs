@@ -17,6 +17,8 @@
 //!   leader ServiceAccount and the args of the chart's Deployment, leads, labels its pod,
 //!   authenticates the real `ne-agent` (a token of the chart's agent ServiceAccount) and
 //!   writes a proposal, a policy and a NetworkPolicy.
+//! - Pod Security admission agrees with the chart's README: every pod meets `restricted` but
+//!   the agent where it reads root-owned host files (uid 0, hostPath).
 //! - The aggregated roles let a namespace `edit` user promote and acknowledge and a `view`
 //!   user only read (SubjectAccessReviews).
 
@@ -1143,4 +1145,98 @@ async fn the_leader_learns_and_protects_with_only_the_charts_rbac() {
     )
     .await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What the chart's README says of the security context is what Pod Security admission
+/// finds: in a namespace enforcing the `restricted` standard, a pod of every workload of
+/// every render is admitted (a dry run), except the agent where it must run as uid 0 with a
+/// hostPath (Cilium's node socket, Istio's pod logs), which `restricted` refuses for those
+/// two reasons.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_meet_the_restricted_pod_security_standard_but_the_root_agents() {
+    let client = cluster::client().await;
+    let ns = TempNamespace::new(&client, "ne-chart-psa").await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let enforce = json!({"metadata": {"labels": {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }}});
+    namespaces
+        .patch(&ns.name, &PatchParams::default(), &Patch::Merge(&enforce))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let mut kinds = Kinds::default();
+    let mut wrong = Vec::new();
+    let (mut admitted, mut refused, mut root_agents) = (0, 0, 0);
+    let cases = chart_helm::cases();
+    for (name, values) in &cases {
+        let case = render(RELEASE, &ns.name, name, values);
+        // The ServiceAccount admission refuses pods of a missing ServiceAccount.
+        for account in case
+            .objects
+            .iter()
+            .filter(|o| o["kind"] == "ServiceAccount")
+        {
+            apply(&mut kinds, &client, account, false)
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {}: {e}", describe(account)));
+        }
+        let provider = values["provider"].as_str().unwrap();
+        let socket = values.pointer("/agent/hubble/mode").and_then(Value::as_str) != Some("relay");
+        let root_agent = provider == "istio" || (provider == "cilium" && socket);
+        root_agents += usize::from(root_agent);
+        for workload in case
+            .objects
+            .iter()
+            .filter(|o| matches!(o["kind"].as_str(), Some("Deployment" | "DaemonSet")))
+        {
+            let workload_name = workload["metadata"]["name"].as_str().unwrap();
+            let template = &workload["spec"]["template"];
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("{name}-{workload_name}"), "labels": template["metadata"]["labels"]},
+                "spec": template["spec"],
+            }))
+            .unwrap();
+            let what = format!("{name}: {}", describe(workload));
+            let root = root_agent && workload_name == "ne-agent";
+            match (pods.create(&dry_run, &pod).await, root) {
+                (Ok(_), false) => admitted += 1,
+                (Err(kube::Error::Api(status)), true)
+                    if status.message.contains("hostPath")
+                        && status.message.contains("runAsUser=0") =>
+                {
+                    refused += 1
+                }
+                (result, root) => wrong.push(format!(
+                    "{what}: {} by `restricted` ({})",
+                    if root {
+                        "expected refused for hostPath and runAsUser=0"
+                    } else {
+                        "refused"
+                    },
+                    match result {
+                        Ok(_) => "admitted".to_owned(),
+                        Err(e) => e.to_string(),
+                    }
+                )),
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "Pod Security admission disagrees with the chart's README (fix the templates' \
+         securityContext, or the README):\n{}",
+        wrong.join("\n")
+    );
+    // Every leader and non-root agent admitted (and the collectors), every root agent refused.
+    assert!(
+        admitted >= cases.len() * 2 - root_agents,
+        "only {admitted} pods admitted"
+    );
+    assert_eq!(refused, root_agents);
 }
