@@ -2,6 +2,8 @@
 //! comes from), the binaries' own argument parsers, RBAC rules as triples with the
 //! apiserver's aggregation, and CEL evaluation of the admission policy.
 
+#![allow(dead_code)] // chart.rs and chart_cluster.rs each use part of it
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -10,9 +12,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-/// The release namespace render.py renders into.
+/// The release namespace the offline renders use (`helm template -n network-enforcer`).
 pub const NAMESPACE: &str = "network-enforcer";
-/// The label the leader sets on its own pod while it holds the Lease.
 /// The label the leader sets on its own pod while it holds the Lease (the leader-only
 /// Service selects it).
 pub const LEADER_POD_LABEL: &str = ne_leader::leader_label::LEADER_LABEL;
@@ -26,19 +27,16 @@ pub struct Case {
 }
 
 impl Case {
-    pub fn load(dir: &Path, name: &str) -> Case {
-        let dir = dir.join(name);
-        let read = |file: &str| {
-            std::fs::read_to_string(dir.join(file))
-                .unwrap_or_else(|e| panic!("{}: {e}", dir.join(file).display()))
-        };
-        let objects: Vec<Value> = serde_saphyr::from_multiple(&read("manifests.yaml"))
+    /// A case from what helm rendered: `manifests` (one YAML stream, as `helm template`
+    /// prints it) and `notes` (NOTES.txt).
+    pub fn parse(name: &str, manifests: &str, notes: String) -> Case {
+        let objects: Vec<Value> = serde_saphyr::from_multiple(manifests)
             .unwrap_or_else(|e| panic!("{name}: rendered YAML does not parse: {e}"));
         let objects = objects.into_iter().filter(|o| !o.is_null()).collect();
         Case {
             name: name.to_owned(),
             objects,
-            notes: read("NOTES.txt"),
+            notes,
         }
     }
 
