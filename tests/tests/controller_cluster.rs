@@ -145,7 +145,56 @@ async fn setup(
     }
 }
 
+/// A test Hubble server on a socket of its own and the [`setup`] of a Cilium leader with an
+/// agent reading it; the Hubble server's folder is removed with the returned guard.
+async fn with_hubble(what: &str, leader_env: &[(&str, String)]) -> (Setup, Hubble, TempDir) {
+    let dir = TempDir(temp_dir(&format!("hubble-{what}")));
+    let socket = dir.0.join("hubble.sock");
+    let hubble = Hubble::serve(&socket);
+    let s = setup("cilium", what, leader_env, |_| {
+        vec![
+            "--source".into(),
+            "hubble".into(),
+            "--hubble-address".into(),
+            format!("unix://{}", socket.display()),
+        ]
+    })
+    .await;
+    (s, hubble, dir)
+}
+
+/// A folder removed when dropped.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 impl Setup {
+    /// `web`'s pod as a flow's endpoint, named with its Deployment.
+    fn web(&self) -> Side<'_> {
+        Side {
+            namespace: &self.app.name,
+            pod: &self.web_pod,
+            ip: WEB_IP,
+            app: "web",
+            deployment: Some("web"),
+        }
+    }
+
+    /// `api`'s pod as a flow's endpoint, named with its Deployment.
+    fn api(&self) -> Side<'_> {
+        Side {
+            namespace: &self.app.name,
+            pod: &self.api_pod,
+            ip: API_IP,
+            app: "api",
+            deployment: Some("api"),
+        }
+    }
+
     /// Stops the leader (SIGKILL: nothing of it runs on).
     fn stop_leader(&mut self) {
         if let Some(mut leader) = self.leader.take() {
@@ -332,33 +381,12 @@ impl Setup {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seed_workflow_with_network_policies() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let hubble_dir = temp_dir("hubble");
-    let socket = hubble_dir.join("hubble.sock");
-    let hubble = Hubble::serve(&socket);
-    let s = setup("cilium", "cilium", &[], |_| {
-        vec![
-            "--source".into(),
-            "hubble".into(),
-            "--hubble-address".into(),
-            format!("unix://{}", socket.display()),
-        ]
-    })
-    .await;
-    let (web_pod, api_pod) = (s.web_pod.clone(), s.api_pod.clone());
-    let web = Side {
-        namespace: &s.app.name,
-        pod: &web_pod,
-        ip: WEB_IP,
-        app: "web",
-        deployment: Some("web"),
-    };
+    let (s, hubble, _hubble_dir) = with_hubble("cilium", &[]).await;
+    let web = s.web();
     // Hubble names the destination's pod only: the leader resolves it through the cluster.
     let api = Side {
-        namespace: &s.app.name,
-        pod: &api_pod,
-        ip: API_IP,
-        app: "api",
         deployment: None,
+        ..s.api()
     };
     hubble.add_json(&tcp_flow(&web, &api, 8080));
 
@@ -416,7 +444,6 @@ async fn the_seed_workflow_with_network_policies() {
 
     s.delete_policy_and_relearn(name, &proposal).await;
     s.delete_workload(name).await;
-    let _ = std::fs::remove_dir_all(&hubble_dir);
     let _ = std::fs::remove_dir_all(&s.dir);
 }
 
@@ -428,33 +455,8 @@ async fn the_seed_workflow_with_network_policies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_manager_collects_what_the_leader_owns() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let hubble_dir = temp_dir("hubble-gc");
-    let socket = hubble_dir.join("hubble.sock");
-    let hubble = Hubble::serve(&socket);
-    let mut s = setup("cilium", "gc", &[], |_| {
-        vec![
-            "--source".into(),
-            "hubble".into(),
-            "--hubble-address".into(),
-            format!("unix://{}", socket.display()),
-        ]
-    })
-    .await;
-    let (web_pod, api_pod) = (s.web_pod.clone(), s.api_pod.clone());
-    let web = Side {
-        namespace: &s.app.name,
-        pod: &web_pod,
-        ip: WEB_IP,
-        app: "web",
-        deployment: Some("web"),
-    };
-    let api = Side {
-        namespace: &s.app.name,
-        pod: &api_pod,
-        ip: API_IP,
-        app: "api",
-        deployment: Some("api"),
-    };
+    let (mut s, hubble, _hubble_dir) = with_hubble("gc", &[]).await;
+    let (web, api) = (s.web(), s.api());
     // web → api (api's ingress, web's egress), and api → web (api's egress, web's ingress).
     hubble.add_json(&tcp_flow(&web, &api, 8080));
     hubble.add_json(&tcp_flow(&api, &web, 8080));
@@ -531,7 +533,6 @@ async fn the_controller_manager_collects_what_the_leader_owns() {
         (metric_sum(&before, errors), metric_sum(&before, writes)),
         "errors and writes after the namespace was gone (an error loop)"
     );
-    let _ = std::fs::remove_dir_all(&hubble_dir);
     let _ = std::fs::remove_dir_all(&s.dir);
 }
 
@@ -545,33 +546,8 @@ async fn the_controller_manager_collects_what_the_leader_owns() {
 async fn bad_input_gets_a_warning_and_changes_nothing_else() {
     use ne_crds::ACKNOWLEDGE_ANNOTATION_PREFIX as ACK;
     let _one = ONE_AT_A_TIME.lock().await;
-    let hubble_dir = temp_dir("hubble-bad");
-    let socket = hubble_dir.join("hubble.sock");
-    let hubble = Hubble::serve(&socket);
-    let s = setup("cilium", "bad-input", &[], |_| {
-        vec![
-            "--source".into(),
-            "hubble".into(),
-            "--hubble-address".into(),
-            format!("unix://{}", socket.display()),
-        ]
-    })
-    .await;
-    let (web_pod, api_pod) = (s.web_pod.clone(), s.api_pod.clone());
-    let web = Side {
-        namespace: &s.app.name,
-        pod: &web_pod,
-        ip: WEB_IP,
-        app: "web",
-        deployment: Some("web"),
-    };
-    let api = Side {
-        namespace: &s.app.name,
-        pod: &api_pod,
-        ip: API_IP,
-        app: "api",
-        deployment: Some("api"),
-    };
+    let (s, hubble, _hubble_dir) = with_hubble("bad-input", &[]).await;
+    let (web, api) = (s.web(), s.api());
     hubble.add_json(&tcp_flow(&web, &api, 8080));
     let name = "deployment-api-ingress";
     let proposal = s.learned(name).await;
@@ -708,7 +684,6 @@ async fn bad_input_gets_a_warning_and_changes_nothing_else() {
     );
     s.rounds(2.0).await;
     assert_eq!(s.warnings(name, "UnknownViolation").await.len(), warned);
-    let _ = std::fs::remove_dir_all(&hubble_dir);
     let _ = std::fs::remove_dir_all(&s.dir);
 }
 
@@ -746,38 +721,13 @@ async fn the_leader_rides_out_an_api_server_outage() {
          cluster, run the others with `-- --skip the_leader_rides_out`"
     );
     let _one = ONE_AT_A_TIME.lock().await;
-    let hubble_dir = temp_dir("hubble-outage");
-    let socket = hubble_dir.join("hubble.sock");
-    let hubble = Hubble::serve(&socket);
-    let mut s = setup("cilium", "outage", &[], |_| {
-        vec![
-            "--source".into(),
-            "hubble".into(),
-            "--hubble-address".into(),
-            format!("unix://{}", socket.display()),
-        ]
-    })
-    .await;
+    let (mut s, hubble, _hubble_dir) = with_hubble("outage", &[]).await;
     // Traffic goes on all the time; its moving evidence is written only hourly, so that any
     // write after the catch-up is one for nothing.
     s.stop_leader();
     s.leader_start.args = vec!["--status-refresh".into(), "1h".into()];
     s.start_leader();
-    let (web_pod, api_pod) = (s.web_pod.clone(), s.api_pod.clone());
-    let web = Side {
-        namespace: &s.app.name,
-        pod: &web_pod,
-        ip: WEB_IP,
-        app: "web",
-        deployment: Some("web"),
-    };
-    let api = Side {
-        namespace: &s.app.name,
-        pod: &api_pod,
-        ip: API_IP,
-        app: "api",
-        deployment: Some("api"),
-    };
+    let (web, api) = (s.web(), s.api());
     hubble.add_json(&tcp_flow(&web, &api, 8080));
     let name = "deployment-api-ingress";
     s.learned(name).await;
@@ -849,7 +799,6 @@ async fn the_leader_rides_out_an_api_server_outage() {
         lines(&settled),
         lines(&later),
     );
-    let _ = std::fs::remove_dir_all(&hubble_dir);
     let _ = std::fs::remove_dir_all(&s.dir);
 }
 
@@ -887,22 +836,11 @@ async fn violations_in_monitor_and_protect_mode_with_network_policies() {
     use ne_shared::otel_names as otel;
     let _one = ONE_AT_A_TIME.lock().await;
     let (collector, endpoint) = Collector::serve().await;
-    let hubble_dir = temp_dir("hubble-violations");
-    let socket = hubble_dir.join("hubble.sock");
-    let hubble = Hubble::serve(&socket);
     let env = [
         ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", endpoint),
         ("OTEL_BLRP_SCHEDULE_DELAY", "100".to_owned()),
     ];
-    let s = setup("cilium", "violations", &env, |_| {
-        vec![
-            "--source".into(),
-            "hubble".into(),
-            "--hubble-address".into(),
-            format!("unix://{}", socket.display()),
-        ]
-    })
-    .await;
+    let (s, hubble, _hubble_dir) = with_hubble("violations", &env).await;
     let ns = s.app.name.clone();
     let (web_pod, api_pod) = (s.web_pod.clone(), s.api_pod.clone());
     let web = Side {
@@ -1087,7 +1025,6 @@ async fn violations_in_monitor_and_protect_mode_with_network_policies() {
         1,
         "acknowledged exactly once"
     );
-    let _ = std::fs::remove_dir_all(&hubble_dir);
     let _ = std::fs::remove_dir_all(&s.dir);
 }
 
