@@ -1031,7 +1031,7 @@ async fn the_leader_learns_and_protects_with_only_the_charts_rbac() {
         .envs(env)
         .env("KUBECONFIG", &leader_kubeconfig)
         .env("RUST_LOG", "info");
-    let _leader = cluster::Process::spawn(&format!("chart-leader-{name}"), command);
+    let leader = cluster::Process::spawn(&format!("chart-leader-{name}"), command);
 
     // The agent, as the chart's DaemonSet runs it, with a token of its ServiceAccount.
     let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
@@ -1144,6 +1144,67 @@ async fn the_leader_learns_and_protects_with_only_the_charts_rbac() {
         },
     )
     .await;
+    // Every call the leader made was permitted: no watch, read or write was refused.
+    let output = leader.output();
+    assert!(
+        !output.contains("Forbidden") && !output.contains("forbidden"),
+        "the chart's RBAC refused the leader something:\n{output}"
+    );
+
+    // The agent's ServiceAccount may do nothing with the API.
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
+    let agent_user = format!("system:serviceaccount:{ns}:{agent_sa}");
+    let attempts = [
+        ("get", "", "pods"),
+        ("list", "", "pods"),
+        ("watch", "", "nodes"),
+        ("get", "", "secrets"),
+        ("get", "coordination.k8s.io", "leases"),
+        ("create", "authentication.k8s.io", "tokenreviews"),
+        (
+            "list",
+            "networkenforcer.kubewarden.io",
+            "workloadnetworkpolicyproposals",
+        ),
+        (
+            "patch",
+            "networkenforcer.kubewarden.io",
+            "workloadnetworkpolicies",
+        ),
+        ("create", "networking.k8s.io", "networkpolicies"),
+    ];
+    for (verb, group, resource) in attempts {
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(agent_user.clone()),
+                groups: Some(vec![
+                    "system:serviceaccounts".to_owned(),
+                    format!("system:serviceaccounts:{ns}"),
+                    "system:authenticated".to_owned(),
+                ]),
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(ns.to_owned()),
+                    verb: Some(verb.to_owned()),
+                    group: Some(group.to_owned()),
+                    resource: Some(resource.to_owned()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SubjectAccessReviewSpec::default()
+            },
+            ..SubjectAccessReview::default()
+        };
+        let answer = reviews
+            .create(&kube::api::PostParams::default(), &review)
+            .await
+            .unwrap();
+        assert!(
+            !answer.status.unwrap().allowed,
+            "the agent's ServiceAccount may {verb} {resource} ({group})"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

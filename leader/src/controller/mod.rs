@@ -98,14 +98,18 @@ impl Controller {
         events: LogSender,
     ) -> anyhow::Result<Self> {
         let backend = backend_for(settings.provider);
-        let istio = state::authorization_policies_served(&client).await?;
-        if backend == Backend::Istio && !istio {
+        // AuthorizationPolicies are watched for the Istio backend only: the chart grants
+        // access to them only then, and a watch refused with 403 kept the caches of a Cilium
+        // or Calico leader from ever syncing where Istio's CRD happened to be installed.
+        let istio = backend == Backend::Istio;
+        let served = istio && state::authorization_policies_served(&client).await?;
+        if istio && !served {
             tracing::warn!(
                 "the AuthorizationPolicy CRD (security.istio.io/v1) is not served: Istio policies \
                  will report AuthorizationPolicyUnavailable"
             );
         }
-        let (stores, reflectors) = Stores::start(&client, istio);
+        let (stores, reflectors) = Stores::start(&client, served);
         tracing::info!("waiting for the cluster caches");
         stores.ready().await?;
         tracing::info!("cluster caches ready");

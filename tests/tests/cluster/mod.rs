@@ -202,11 +202,23 @@ impl Drop for Process {
 pub fn binary(name: &str) -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
     BUILT.call_once(|| {
-        // Without the test's CARGO_MANIFEST_DIR: build scripts that track it (ring's) would
-        // see it change and rebuild half the tree here and again in the next `cargo test`.
-        let status = Command::new(env!("CARGO"))
+        // Without the variables cargo sets for this test (CARGO_MANIFEST_DIR, CARGO_PKG_*,
+        // ...): build scripts that track them (ring's) would see them change and rebuild
+        // half the tree here and again in the next `cargo test`.
+        let mut cargo = Command::new(env!("CARGO"));
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if key.starts_with("CARGO_")
+                && !matches!(
+                    &*key,
+                    "CARGO_HOME" | "CARGO_TARGET_DIR" | "CARGO_TERM_COLOR"
+                )
+            {
+                cargo.env_remove(&*key);
+            }
+        }
+        let status = cargo
             .args(["test", "--workspace", "--no-run", "--quiet"])
-            .env_remove("CARGO_MANIFEST_DIR")
             .stdout(Stdio::null())
             .status()
             .expect("cannot run cargo");
