@@ -208,12 +208,19 @@ pub fn binary(name: &str) -> PathBuf {
         let mut cargo = Command::new(env!("CARGO"));
         for (key, _) in std::env::vars_os() {
             let key = key.to_string_lossy();
-            if key.starts_with("CARGO_")
-                && !matches!(
+            let set_for_the_test = [
+                "CARGO_MANIFEST_",
+                "CARGO_PKG_",
+                "CARGO_BIN_",
+                "CARGO_CRATE_",
+            ]
+            .iter()
+            .any(|prefix| key.starts_with(prefix))
+                || matches!(
                     &*key,
-                    "CARGO_HOME" | "CARGO_TARGET_DIR" | "CARGO_TERM_COLOR"
-                )
-            {
+                    "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR" | "CARGO_RUSTC_CURRENT_DIR"
+                );
+            if set_for_the_test {
                 cargo.env_remove(&*key);
             }
         }
