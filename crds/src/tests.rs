@@ -322,6 +322,26 @@ mod generated_schema {
         );
     }
 
+    #[test]
+    fn every_printer_column_has_a_description() {
+        // Without one, the server's Table shows a placeholder of its own.
+        for crd in both_crds() {
+            for column in crd.spec.versions[0]
+                .additional_printer_columns
+                .iter()
+                .flatten()
+            {
+                let description = column.description.as_deref().unwrap_or_default();
+                assert!(
+                    !description.trim().is_empty(),
+                    "{}: column {} has no description",
+                    crd.spec.names.kind,
+                    column.name
+                );
+            }
+        }
+    }
+
     /// Walks every schema node; `path` names it for failure messages.
     fn walk(node: &Value, path: &str, visit: &mut dyn FnMut(&str, &Value)) {
         visit(path, node);
