@@ -19,7 +19,9 @@ pub use schema::validation_schema;
 pub use spec::*;
 pub use status::*;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+};
 use kube::CustomResourceExt;
 
 /// API group of both kinds.
@@ -42,13 +44,66 @@ pub fn crds() -> [(&'static str, CustomResourceDefinition); 2] {
     [
         (
             "workloadnetworkpolicyproposals.yaml",
-            kept_on_uninstall(WorkloadNetworkPolicyProposal::crd()),
+            finished(WorkloadNetworkPolicyProposal::crd()),
         ),
         (
             "workloadnetworkpolicies.yaml",
-            kept_on_uninstall(WorkloadNetworkPolicy::crd()),
+            finished(WorkloadNetworkPolicy::crd()),
         ),
     ]
+}
+
+/// A derived CRD as the chart ships it.
+fn finished(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    kept_on_uninstall(unwrapped_descriptions(crd))
+}
+
+/// Joins the lines of every paragraph of every description in the CRD's schemas. A line
+/// break inside a doc comment's paragraph is only where its source wrapped; `kubectl explain`
+/// wraps descriptions itself and would print each such break as a short line. Paragraph
+/// breaks (blank lines) stay.
+fn unwrapped_descriptions(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let schemas = crd.spec.versions.iter_mut().filter_map(|v| {
+        v.schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+    });
+    schemas.for_each(unwrap_schema);
+    crd
+}
+
+/// [`unwrapped_descriptions`] of one schema node and all its subschemas.
+fn unwrap_schema(schema: &mut JSONSchemaProps) {
+    if let Some(description) = schema.description.as_mut() {
+        *description = unwrap_lines(description);
+    }
+    let mut subschemas: Vec<&mut JSONSchemaProps> = Vec::new();
+    subschemas.extend(schema.properties.iter_mut().flat_map(|p| p.values_mut()));
+    match schema.items.as_mut() {
+        Some(JSONSchemaPropsOrArray::Schema(item)) => subschemas.push(item),
+        Some(JSONSchemaPropsOrArray::Schemas(items)) => subschemas.extend(items.iter_mut()),
+        None => {}
+    }
+    if let Some(JSONSchemaPropsOrBool::Schema(value)) = schema.additional_properties.as_mut() {
+        subschemas.push(value);
+    }
+    for list in [&mut schema.all_of, &mut schema.any_of, &mut schema.one_of] {
+        subschemas.extend(list.iter_mut().flatten());
+    }
+    subschemas.extend(schema.not.as_deref_mut());
+    subschemas.into_iter().for_each(unwrap_schema);
+}
+
+/// `text` with each line break that is not next to another (a paragraph break) made a space.
+fn unwrap_lines(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let is_break = |i: Option<usize>| i.and_then(|i| chars.get(i)) == Some(&'\n');
+    (0..chars.len())
+        .map(|i| {
+            let lone = chars[i] == '\n' && !is_break(i.checked_sub(1)) && !is_break(Some(i + 1));
+            if lone { ' ' } else { chars[i] }
+        })
+        .collect()
 }
 
 /// Marks a CRD `helm.sh/resource-policy: keep`, so that uninstalling the chart keeps the

@@ -230,7 +230,8 @@ pub struct IstioOperation {
     printcolumn(
         name = "Age",
         type_ = "date",
-        json_path = ".metadata.creationTimestamp"
+        json_path = ".metadata.creationTimestamp",
+        description = "Time since the object was created"
     )
 )]
 #[x_kube(
@@ -302,7 +303,8 @@ pub struct WorkloadNetworkPolicyProposalSpec {
     printcolumn(
         name = "Age",
         type_ = "date",
-        json_path = ".metadata.creationTimestamp"
+        json_path = ".metadata.creationTimestamp",
+        description = "Time since the object was created"
     )
 )]
 #[x_kube(

@@ -322,8 +322,28 @@ mod generated_schema {
         );
     }
 
+    #[test]
+    fn every_printer_column_has_a_description() {
+        // Without one, the server's Table shows a placeholder of its own.
+        for crd in both_crds() {
+            for column in crd.spec.versions[0]
+                .additional_printer_columns
+                .iter()
+                .flatten()
+            {
+                let description = column.description.as_deref().unwrap_or_default();
+                assert!(
+                    !description.trim().is_empty(),
+                    "{}: column {} has no description",
+                    crd.spec.names.kind,
+                    column.name
+                );
+            }
+        }
+    }
+
     /// Walks every schema node; `path` names it for failure messages.
-    fn walk(node: &Value, path: &str, visit: &mut dyn FnMut(&str, &Value)) {
+    pub(super) fn walk(node: &Value, path: &str, visit: &mut dyn FnMut(&str, &Value)) {
         visit(path, node);
         if let Some(properties) = node.get("properties").and_then(Value::as_object) {
             for (name, sub) in properties {
@@ -385,6 +405,38 @@ mod generated_schema {
                 });
             }
         }
+    }
+}
+
+mod descriptions {
+    use super::generated_schema::walk;
+    use super::*;
+
+    #[test]
+    fn lines_are_joined_within_a_paragraph_only() {
+        assert_eq!(unwrap_lines("one\ntwo"), "one two");
+        assert_eq!(unwrap_lines("one\n\ntwo\nthree"), "one\n\ntwo three");
+        assert_eq!(unwrap_lines("a\n\n\nb"), "a\n\n\nb");
+        assert_eq!(unwrap_lines("\nx"), " x");
+        assert_eq!(unwrap_lines("no break"), "no break");
+    }
+
+    #[test]
+    fn no_description_breaks_a_line_inside_a_paragraph() {
+        let mut described = 0;
+        for crd in both_crds() {
+            walk(&schema(&crd), "", &mut |path, node| {
+                if let Some(description) = node["description"].as_str() {
+                    described += 1;
+                    assert!(
+                        !description.split("\n\n").any(|p| p.contains('\n')),
+                        "{}{path}: {description:?}",
+                        crd.spec.names.kind
+                    );
+                }
+            });
+        }
+        assert!(described > 100, "only {described} descriptions");
     }
 }
 

@@ -432,3 +432,32 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
         })
         .sum()
 }
+
+/// `kubectl` of the project's control plane (`tests/control-plane/build` makes it, in seconds
+/// when it is up to date), pointed at the cluster under test, with a discovery cache of this
+/// test process's own: a cache another run left behind could hide a change to the CRDs.
+pub fn kubectl() -> Command {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    let bin = BIN.get_or_init(|| {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let build = manifest.join("control-plane/build");
+        let output = Command::new(&build)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", build.display()));
+        assert!(
+            output.status.success(),
+            "{} failed:\n{}",
+            build.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        std::env::var_os("NE_CONTROL_PLANE_DIR")
+            .map_or_else(|| manifest.join("../target/control-plane"), PathBuf::from)
+            .join("bin/kubectl")
+    });
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kubectl-cache-{}", std::process::id()));
+    let mut command = cluster_command(bin);
+    command.arg("--cache-dir").arg(cache).stdin(Stdio::null());
+    command
+}
