@@ -687,23 +687,6 @@ async fn bad_input_gets_a_warning_and_changes_nothing_else() {
     let _ = std::fs::remove_dir_all(&s.dir);
 }
 
-/// Runs `tests/control-plane/<script> <args>` (the project's own control plane).
-fn control_plane(script: &str, args: &[&str]) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("control-plane")
-        .join(script);
-    let output = Command::new(&path)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", path.display()));
-    assert!(
-        output.status.success(),
-        "{} {args:?} failed:\n{}",
-        path.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
 /// How long the API server is away in [`the_leader_rides_out_an_api_server_outage`].
 const OUTAGE: std::time::Duration = std::time::Duration::from_secs(60);
 

@@ -32,20 +32,29 @@ pub fn kubeconfig() -> &'static Path {
         if let Some(path) = std::env::var_os("NE_TEST_KUBECONFIG") {
             return PathBuf::from(path);
         }
-        let up = Path::new(env!("CARGO_MANIFEST_DIR")).join("control-plane/up");
-        let output = Command::new(&up)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", up.display()));
-        assert!(
-            output.status.success(),
-            "{} failed (set NE_TEST_KUBECONFIG to use another cluster):\n{}",
-            up.display(),
-            String::from_utf8_lossy(&output.stderr)
-        );
         // `up` prints the kubeconfig's path as its only line on stdout.
-        PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
+        PathBuf::from(control_plane("up", &[]).trim())
     })
+}
+
+/// Runs `tests/control-plane/<script> <args>` (`build`, `up`, `down`); its stdout. A failure
+/// fails the test with the script's output, which names what failed.
+pub fn control_plane(script: &str, args: &[&str]) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("control-plane")
+        .join(script);
+    let output = Command::new(&path)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", path.display()));
+    assert!(
+        output.status.success(),
+        "{} {args:?} failed (NE_TEST_KUBECONFIG names another cluster to test against):\n{}",
+        path.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Whether the cluster under test is the project's own control plane (which the tests may
@@ -439,18 +448,8 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
 pub fn kubectl() -> Command {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     let bin = BIN.get_or_init(|| {
+        control_plane("build", &[]);
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let build = manifest.join("control-plane/build");
-        let output = Command::new(&build)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", build.display()));
-        assert!(
-            output.status.success(),
-            "{} failed:\n{}",
-            build.display(),
-            String::from_utf8_lossy(&output.stderr)
-        );
         std::env::var_os("NE_CONTROL_PLANE_DIR")
             .map_or_else(|| manifest.join("../target/control-plane"), PathBuf::from)
             .join("bin/kubectl")
