@@ -719,11 +719,48 @@ async fn helm_install_upgrade_uninstall_istio() {
 /// built-in `view` and `edit` roles, let a namespace `edit` user promote a proposal (patch),
 /// change and acknowledge a policy (patch) and delete it, and a `view` user only read.
 /// Answered by SubjectAccessReviews for ServiceAccounts bound in a temporary namespace.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn namespace_edit_users_promote_and_acknowledge_and_view_users_only_read() {
+/// Whether ServiceAccount `ns/name` may `verb` `resource` of API `group` in `ns`, as a
+/// SubjectAccessReview answers (with the groups every ServiceAccount token carries).
+async fn service_account_may(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    verb: &str,
+    group: &str,
+    resource: &str,
+) -> bool {
     use k8s_openapi::api::authorization::v1::{
         ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
     };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!("system:serviceaccount:{ns}:{name}")),
+            groups: Some(vec![
+                "system:serviceaccounts".to_owned(),
+                format!("system:serviceaccounts:{ns}"),
+                "system:authenticated".to_owned(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                namespace: Some(ns.to_owned()),
+                verb: Some(verb.to_owned()),
+                group: Some(group.to_owned()),
+                resource: Some(resource.to_owned()),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
+    let answer = reviews
+        .create(&kube::api::PostParams::default(), &review)
+        .await
+        .unwrap_or_else(|e| panic!("SubjectAccessReview for {ns}/{name}: {e}"));
+    answer.status.is_some_and(|s| s.allowed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_edit_users_promote_and_acknowledge_and_view_users_only_read() {
     use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
     use kube::Api;
     use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -778,32 +815,9 @@ async fn namespace_edit_users_promote_and_acknowledge_and_view_users_only_read()
             .await
             .unwrap();
     }
-    let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
     let allowed = |user: &'static str, verb: &'static str, resource: &'static str| {
-        let reviews = reviews.clone();
-        let ns_name = ns_name.clone();
-        async move {
-            let review = SubjectAccessReview {
-                spec: SubjectAccessReviewSpec {
-                    user: Some(format!("system:serviceaccount:{ns_name}:{user}")),
-                    groups: Some(vec!["system:serviceaccounts".to_owned()]),
-                    resource_attributes: Some(ResourceAttributes {
-                        namespace: Some(ns_name.clone()),
-                        group: Some(ne_crds::GROUP.to_owned()),
-                        resource: Some(resource.to_owned()),
-                        verb: Some(verb.to_owned()),
-                        ..ResourceAttributes::default()
-                    }),
-                    ..SubjectAccessReviewSpec::default()
-                },
-                ..SubjectAccessReview::default()
-            };
-            let answer = reviews
-                .create(&PostParams::default(), &review)
-                .await
-                .unwrap();
-            answer.status.is_some_and(|s| s.allowed)
-        }
+        let (client, ns_name) = (client.clone(), ns_name.clone());
+        async move { service_account_may(&client, &ns_name, user, verb, ne_crds::GROUP, resource).await }
     };
     let (wnpp, wnp) = ("workloadnetworkpolicyproposals", "workloadnetworkpolicies");
     // Aggregation is asynchronous (the cluster-role aggregation controller): poll.
@@ -1152,11 +1166,6 @@ async fn the_leader_learns_and_protects_with_only_the_charts_rbac() {
     );
 
     // The agent's ServiceAccount may do nothing with the API.
-    use k8s_openapi::api::authorization::v1::{
-        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-    };
-    let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
-    let agent_user = format!("system:serviceaccount:{ns}:{agent_sa}");
     let attempts = [
         ("get", "", "pods"),
         ("list", "", "pods"),
@@ -1177,31 +1186,8 @@ async fn the_leader_learns_and_protects_with_only_the_charts_rbac() {
         ("create", "networking.k8s.io", "networkpolicies"),
     ];
     for (verb, group, resource) in attempts {
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: Some(agent_user.clone()),
-                groups: Some(vec![
-                    "system:serviceaccounts".to_owned(),
-                    format!("system:serviceaccounts:{ns}"),
-                    "system:authenticated".to_owned(),
-                ]),
-                resource_attributes: Some(ResourceAttributes {
-                    namespace: Some(ns.to_owned()),
-                    verb: Some(verb.to_owned()),
-                    group: Some(group.to_owned()),
-                    resource: Some(resource.to_owned()),
-                    ..ResourceAttributes::default()
-                }),
-                ..SubjectAccessReviewSpec::default()
-            },
-            ..SubjectAccessReview::default()
-        };
-        let answer = reviews
-            .create(&kube::api::PostParams::default(), &review)
-            .await
-            .unwrap();
         assert!(
-            !answer.status.unwrap().allowed,
+            !service_account_may(&client, ns, &agent_sa, verb, group, resource).await,
             "the agent's ServiceAccount may {verb} {resource} ({group})"
         );
     }
