@@ -1116,21 +1116,7 @@ async fn the_leader_learns_and_protects_with_only_the_charts_rbac() {
     let proposals: Api<WorkloadNetworkPolicyProposal> = Api::namespaced(client.clone(), &app.name);
     let proposal = "deployment-api-ingress";
     let api_uid = api.metadata.uid.clone().unwrap();
-    eventually(
-        &format!("proposal {proposal} with evidence, owned by Deployment api"),
-        || async {
-            let p = proposals.get_opt(proposal).await.ok()??;
-            let owned = p
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.kind == "Deployment" && o.uid == api_uid);
-            let evidence = p.status.is_some_and(|s| s.flow_count > 0);
-            (owned && evidence).then_some(())
-        },
-    )
-    .await;
+    cluster::learned(&proposals, proposal, &api_uid).await;
 
     // Promoted to protect: a policy, and the NetworkPolicy it owns.
     proposals

@@ -246,21 +246,7 @@ impl Setup {
     /// Waits for proposal `name` with evidence, owned by the `api` Deployment.
     async fn learned(&self, name: &str) -> WorkloadNetworkPolicyProposal {
         let api_uid = self.api.metadata.uid.clone().unwrap();
-        eventually(&format!("proposal {name} with evidence"), || async {
-            let p = self.proposals().get_opt(name).await.ok()??;
-            let owned = p
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.kind == "Deployment" && o.uid == api_uid);
-            let evidence = p
-                .status
-                .as_ref()
-                .is_some_and(|s| !s.peers.is_empty() && s.flow_count > 0);
-            (owned && evidence).then_some(p)
-        })
-        .await
+        cluster::learned(&self.proposals(), name, &api_uid).await
     }
 
     /// Labels the proposal and waits for the policy it becomes (the proposal gone).

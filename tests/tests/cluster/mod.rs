@@ -460,3 +460,30 @@ pub fn kubectl() -> Command {
     command.arg("--cache-dir").arg(cache).stdin(Stdio::null());
     command
 }
+
+/// Waits for proposal `name` of `proposals` with evidence (peers and flows), owned by the
+/// Deployment whose uid is `owner`.
+pub async fn learned(
+    proposals: &Api<ne_crds::WorkloadNetworkPolicyProposal>,
+    name: &str,
+    owner: &str,
+) -> ne_crds::WorkloadNetworkPolicyProposal {
+    eventually(
+        &format!("proposal {name} with evidence, owned by Deployment uid {owner}"),
+        || async {
+            let p = proposals.get_opt(name).await.ok()??;
+            let owned = p
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "Deployment" && o.uid == owner);
+            let evidence = p
+                .status
+                .as_ref()
+                .is_some_and(|s| !s.peers.is_empty() && s.flow_count > 0);
+            (owned && evidence).then_some(p)
+        },
+    )
+    .await
+}
