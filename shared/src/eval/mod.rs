@@ -19,6 +19,7 @@
 mod cidr;
 pub mod istio;
 pub mod netpol;
+pub mod peers;
 pub mod selector;
 
 use std::net::IpAddr;

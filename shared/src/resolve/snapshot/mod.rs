@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 
 use crate::flow::{Endpoint, EndpointId, Str, WorkloadKind, WorkloadRef};
 
-use super::{Resolution, Resolver, Unresolved};
+use super::{Resolution, ResolvedPod, Resolver, Unresolved};
 
 /// Where an item sits in the input: the document (1-based) and, inside a `List`, its
 /// index in `items` (0-based).
@@ -197,6 +197,16 @@ impl ClusterSnapshot {
     /// Number of Namespace objects held.
     pub fn namespace_count(&self) -> usize {
         self.namespaces
+    }
+
+    /// Every pod, then every workload's pod template (with the workload's namespace
+    /// labels): what a policy's selectors can select, scaled-to-zero workloads included.
+    pub fn endpoints(&self) -> impl Iterator<Item = &ResolvedPod> {
+        let pods = self.pods.iter().map(|p| &p.resolution);
+        pods.chain(self.workloads.values()).filter_map(|r| match r {
+            Resolution::Pod(p) => Some(p),
+            _ => None,
+        })
     }
 
     /// Items of kinds this resolver does not use, counted by kind.
