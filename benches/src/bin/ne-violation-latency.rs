@@ -244,6 +244,7 @@ async fn main() -> anyhow::Result<()> {
                     network_policies: &[],
                     authorization_policies: None,
                     observations: &detected.observations,
+                    rule_issues: &BTreeMap::new(),
                     now: &now,
                 };
                 let planned = plan::plan(&world, &plan_config);

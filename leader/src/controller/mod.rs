@@ -17,6 +17,7 @@
 
 pub mod metrics;
 pub mod plan;
+mod rules;
 pub mod state;
 pub mod write;
 
@@ -69,6 +70,7 @@ pub struct Controller {
     resolver: Option<(u64, ClusterSnapshot, usize)>,
     /// Violation fields written and not yet seen in the cache, by policy.
     written: HashMap<(String, String), WrittenViolations>,
+    rules: rules::RuleChecks,
     unattributed: Unattributed,
     _reflectors: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -141,6 +143,7 @@ impl Controller {
             config,
             metrics,
             written: HashMap::new(),
+            rules: rules::RuleChecks::default(),
             resolver: None,
             _reflectors: reflectors,
         })
@@ -214,6 +217,7 @@ impl Controller {
             )
             .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
         );
+        let rule_issues = self.rules.check(&policies, snapshot, generation);
         let world = World {
             learned: &learned,
             workloads: &workloads,
@@ -222,6 +226,7 @@ impl Controller {
             network_policies: &network_policies,
             authorization_policies: authorization_policies.as_deref(),
             observations: &detected.observations,
+            rule_issues: &rule_issues,
             now: &now,
         };
         let plan = plan::plan(&world, &self.config);

@@ -227,6 +227,7 @@ impl Flusher {
             network_policies: &[],
             authorization_policies: None,
             observations: &BTreeMap::new(),
+            rule_issues: &BTreeMap::new(),
             now: &now,
         };
         let plan = plan::plan(&world, &self.config);

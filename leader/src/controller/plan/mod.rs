@@ -85,7 +85,25 @@ pub struct World<'a> {
     /// Violations detected this round, by policy `(namespace, name)`
     /// ([`crate::violations::detect`]).
     pub observations: &'a BTreeMap<(String, String), Vec<Observation>>,
+    /// What is wrong with each policy's rules, by policy `(namespace, name)`
+    /// ([`crate::controller::rules`]); a policy without an entry has nothing wrong.
+    pub rule_issues: &'a BTreeMap<(String, String), RuleIssues>,
     pub now: &'a Time,
+}
+
+/// What is wrong with a policy's rules, found against the cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuleIssues {
+    /// Invalid parts, as `path: problem`: each matches nothing.
+    pub invalid: Vec<String>,
+    /// Paths of the peers that select no pod and no workload in the cluster.
+    pub unselected: Vec<String>,
+}
+
+impl RuleIssues {
+    pub fn is_empty(&self) -> bool {
+        self.invalid.is_empty() && self.unselected.is_empty()
+    }
 }
 
 /// An object by namespace and name, with the UID a delete must match.

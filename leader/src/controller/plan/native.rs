@@ -23,8 +23,9 @@ use ne_crds::{
 };
 
 use super::{
-    Action, Config, Event, MANAGED_BY, ObjectKey, Plan, World, annotation, condition_changed,
-    label, name_of, namespace_of, owned_by, owner_reference, set_condition, version_key,
+    Action, Config, Event, MANAGED_BY, ObjectKey, Plan, RuleIssues, World, annotation,
+    condition_changed, label, name_of, namespace_of, owned_by, owner_reference, set_condition,
+    version_key,
 };
 
 const POLICY: &str = "WorkloadNetworkPolicy";
@@ -327,6 +328,24 @@ fn conditions(w: &WorkloadNetworkPolicy, native: Native, world: &World<'_>, plan
         ),
         _ => (false, "NoConflict", String::new()),
     };
+    let key = (namespace_of(w).to_owned(), name_of(w).to_owned());
+    let peers = peers_condition(world.rule_issues.get(&key));
+    if !peers.0 {
+        // Once per spec (generation) and finding: status writes do not repeat it.
+        plan.actions.push(Action::Event(Event {
+            kind: POLICY,
+            regarding: ObjectKey::of(w),
+            warning: true,
+            reason: peers.1,
+            note: peers.2.clone(),
+            key: format!(
+                "{}@{}:PeersResolved:{}",
+                w.metadata.uid.as_deref().unwrap_or_default(),
+                generation.unwrap_or_default(),
+                peers.2
+            ),
+        }));
+    }
     let desired = vec![
         set_condition(
             existing, "Ready", ready, reason, message, world.now, generation,
@@ -340,6 +359,15 @@ fn conditions(w: &WorkloadNetworkPolicy, native: Native, world: &World<'_>, plan
             world.now,
             generation,
         ),
+        set_condition(
+            existing,
+            "PeersResolved",
+            peers.0,
+            peers.1,
+            peers.2,
+            world.now,
+            generation,
+        ),
     ];
     if condition_changed(existing, &desired) {
         plan.actions.push(Action::ApplyPolicyStatus {
@@ -348,4 +376,51 @@ fn conditions(w: &WorkloadNetworkPolicy, native: Native, world: &World<'_>, plan
             conditions: desired,
         });
     }
+}
+
+/// How many paths a condition message lists before it says how many more there are.
+const LISTED_PATHS: usize = 5;
+
+fn listed(paths: &[String]) -> String {
+    let mut text = paths
+        .iter()
+        .take(LISTED_PATHS)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join("; ");
+    if paths.len() > LISTED_PATHS {
+        text.push_str(&format!(" and {} more", paths.len() - LISTED_PATHS));
+    }
+    text
+}
+
+/// The `PeersResolved` condition: (status, reason, message). Rules are applied as written
+/// whatever it says; it tells the user why a rule allows less than it seems to.
+fn peers_condition(issues: Option<&RuleIssues>) -> (bool, &'static str, String) {
+    let Some(issues) = issues.filter(|i| !i.is_empty()) else {
+        return (
+            true,
+            "PeersResolved",
+            "every rule is valid and each of its peers selects something in the cluster".to_owned(),
+        );
+    };
+    let unselected = (!issues.unselected.is_empty()).then(|| {
+        format!(
+            "these peers select no pod or workload in the cluster, so they allow nothing \
+             (check their labels, namespaces or service accounts): {}",
+            listed(&issues.unselected)
+        )
+    });
+    if issues.invalid.is_empty() {
+        return (false, "PeerSelectsNothing", unselected.unwrap_or_default());
+    }
+    let mut message = format!(
+        "invalid parts of the rules match nothing: {}",
+        listed(&issues.invalid)
+    );
+    if let Some(unselected) = unselected {
+        message.push_str(". Also, ");
+        message.push_str(&unselected);
+    }
+    (false, "InvalidRule", message)
 }

@@ -169,6 +169,7 @@ struct Case {
     network_policies: Vec<NetworkPolicy>,
     authorization_policies: Option<Vec<AuthorizationPolicy>>,
     observations: BTreeMap<(String, String), Vec<crate::violations::record::Observation>>,
+    rule_issues: BTreeMap<(String, String), RuleIssues>,
     config: Config,
     now: Time,
 }
@@ -195,6 +196,7 @@ impl Case {
             network_policies: Vec::new(),
             authorization_policies: Some(Vec::new()),
             observations: BTreeMap::new(),
+            rule_issues: BTreeMap::new(),
             config: Config {
                 backend: Backend::Kubernetes,
                 excluded_namespaces: BTreeSet::from(["network-enforcer".to_owned()]),
@@ -214,6 +216,7 @@ impl Case {
             network_policies: &self.network_policies,
             authorization_policies: self.authorization_policies.as_deref(),
             observations: &self.observations,
+            rule_issues: &self.rule_issues,
             now: &self.now,
         };
         plan(&world, &self.config)
@@ -737,6 +740,121 @@ fn a_same_named_object_not_controlled_by_the_policy_is_never_touched() {
             .iter()
             .any(|a| matches!(a, Action::DeleteNetworkPolicy(_)))
     );
+}
+
+fn peers_resolved(case: &Case) -> (String, String, String) {
+    let c = condition(
+        &case.policies[0].status.as_ref().unwrap().conditions,
+        "PeersResolved",
+    );
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+/// The Warning Events planned, once per key (the writer records an Event once per key).
+fn warnings(plans: &[Plan]) -> Vec<(&'static str, String)> {
+    let mut keys = BTreeSet::new();
+    plans
+        .iter()
+        .flat_map(|p| &p.actions)
+        .filter_map(|a| match a {
+            Action::Event(e) if e.warning && keys.insert(e.key.clone()) => {
+                Some((e.reason, e.note.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn rules_that_select_nothing_get_a_condition_and_one_warning_per_finding() {
+    let mut case = Case::new();
+    case.policies = vec![policy("deployment-api-ingress", "api", Mode::Monitor)];
+    case.settle();
+    assert_eq!(peers_resolved(&case).0, "True");
+
+    // A peer that selects nothing: the condition says which, a Warning says it once per
+    // spec and finding, and nothing else is written.
+    let key = (NS.to_owned(), "deployment-api-ingress".to_owned());
+    let unselected = "spec.kubernetes.ingress[0].from[0]".to_owned();
+    case.rule_issues.insert(
+        key.clone(),
+        RuleIssues {
+            invalid: Vec::new(),
+            unselected: vec![unselected.clone()],
+        },
+    );
+    let plans = case.settle();
+    let (status, reason, message) = peers_resolved(&case);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "PeerSelectsNothing")
+    );
+    assert!(message.contains(&unselected), "{message}");
+    assert_eq!(warnings(&plans), [("PeerSelectsNothing", message.clone())]);
+    assert!(
+        plans
+            .iter()
+            .flat_map(|p| &p.actions)
+            .all(|a| matches!(a, Action::ApplyPolicyStatus { .. } | Action::Event(_)))
+    );
+    let ready = condition(
+        &case.policies[0].status.as_ref().unwrap().conditions,
+        "Ready",
+    );
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("True", "Monitoring")
+    );
+    // The same finding again: the same event key (the writer records it once).
+    let key_of = |plan: &Plan| {
+        plan.actions.iter().find_map(|a| match a {
+            Action::Event(e) => Some(e.key.clone()),
+            _ => None,
+        })
+    };
+    assert_eq!(key_of(&case.plan()), key_of(&plans[0]));
+
+    // Invalid parts come first; the unselected peers are still named.
+    case.rule_issues.get_mut(&key).unwrap().invalid = vec![
+        "spec.kubernetes.ingress[1].from[0].podSelector: unknown selector operator \"Has\""
+            .to_owned(),
+    ];
+    let plans = case.settle();
+    let (status, reason, message) = peers_resolved(&case);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "InvalidRule"));
+    assert!(
+        message.contains("ingress[1].from[0].podSelector") && message.contains(&unselected),
+        "{message}"
+    );
+    assert_eq!(warnings(&plans)[0].0, "InvalidRule");
+
+    // Fixed: the condition flips back and no warning is left to record.
+    case.rule_issues.clear();
+    let plans = case.settle();
+    assert_eq!(peers_resolved(&case).0, "True");
+    assert!(warnings(&plans).is_empty());
+}
+
+#[test]
+fn a_long_list_of_findings_is_cut_in_the_message() {
+    let mut case = Case::new();
+    case.policies = vec![policy("deployment-api-ingress", "api", Mode::Monitor)];
+    case.rule_issues.insert(
+        (NS.to_owned(), "deployment-api-ingress".to_owned()),
+        RuleIssues {
+            invalid: Vec::new(),
+            unselected: (0..12)
+                .map(|i| format!("spec.kubernetes.ingress[{i}].from[0]"))
+                .collect(),
+        },
+    );
+    case.settle();
+    let (_, _, message) = peers_resolved(&case);
+    assert!(
+        message.contains("ingress[4].from[0]") && !message.contains("ingress[5].from[0]"),
+        "{message}"
+    );
+    assert!(message.ends_with(" and 7 more"), "{message}");
 }
 
 fn istio_policy(mode: Mode) -> WorkloadNetworkPolicy {
