@@ -1144,6 +1144,46 @@ async fn the_leader_learns_and_protects_with_only_the_charts_rbac() {
         },
     )
     .await;
+    // Back to monitor: the NetworkPolicy goes; traffic outside the policy is recorded.
+    policies
+        .patch(
+            proposal,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"mode": "monitor"}})),
+        )
+        .await
+        .expect("switching to monitor");
+    eventually(&format!("NetworkPolicy {proposal} deleted"), || async {
+        natives
+            .get_opt(proposal)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    hubble.add_json(&tcp_flow(&web, &api_side, 7070));
+    eventually("a violation record of port 7070", || async {
+        let status = policies.get(proposal).await.ok()?.status?;
+        status
+            .violations
+            .iter()
+            .any(|r| r.port == 7070)
+            .then_some(())
+    })
+    .await;
+
+    // Deleted: learning starts a new proposal (none exists while the policy does).
+    assert!(proposals.get_opt(proposal).await.unwrap().is_none());
+    policies
+        .delete(proposal, &DeleteParams::default())
+        .await
+        .expect("deleting the policy");
+    eventually(&format!("a new proposal {proposal}"), || async {
+        proposals.get_opt(proposal).await.ok()?.map(|_| ())
+    })
+    .await;
+
     // Every call the leader made was permitted: no watch, read or write was refused.
     let output = leader.output();
     assert!(

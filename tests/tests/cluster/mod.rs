@@ -7,6 +7,7 @@
 #![allow(dead_code)] // each test binary uses part of it
 
 pub mod hubble;
+pub mod ztunnel;
 
 use std::collections::BTreeMap;
 use std::future::Future;
