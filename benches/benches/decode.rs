@@ -1,5 +1,6 @@
-//! Decoder throughput, alone and inside the agent's pipeline (ARCHITECTURE §8: decode +
-//! normalise + aggregate ≥ 50 % of the speed of decoding alone, same input, same run).
+//! Decoder throughput, alone and inside the agent's pipeline (docs/architecture.md,
+//! "Performance goals": decode + normalise + aggregate ≥ 50 % of the speed of decoding
+//! alone, same input, same run).
 //!
 //! One group per format, on [`ne_benches::generate`]d lines (default [`Config`]: 200
 //! workloads, Zipf-distributed conversations). In each group `decode/*` runs

@@ -1,6 +1,7 @@
 //! Shipping cost: the agent's `delta::Encoder` and the leader's `delta::Decoder`
-//! (ARCHITECTURE §6, §8: shipped bytes ≤ 1 % of source bytes at steady state; the leader
-//! merges ≥ 1 M delta edges/s, of which decoding is the first step).
+//! (docs/architecture.md, "Agent ↔ leader protocol" and "Performance goals": shipped bytes
+//! ≤ 1 % of source bytes at steady state; the leader merges ≥ 1 M delta edges/s, of which
+//! decoding is the first step).
 //!
 //! Timed cases, each with `Throughput::Elements` = entries per iteration:
 //! - `encode/changed/<n>`: the steady state: `n` entries the stream already knows, with

@@ -1,4 +1,5 @@
-//! `FlowTable::record` throughput (ARCHITECTURE §8: ≥ 1 M flows/s/core for repeated keys).
+//! `FlowTable::record` throughput (docs/architecture.md, "Performance goals": ≥ 1 M
+//! flows/s/core for repeated keys).
 //!
 //! Cases: 1k hot keys (fits in cache, the steady state of a busy node), 100k and 1M keys
 //! (cache-missing), each recorded from 1 and 2 threads into one shared table. The table

@@ -1,5 +1,5 @@
-//! `EdgeIndex::apply` throughput on the leader (ARCHITECTURE §8: merges ≥ 1 M delta
-//! edges/s; this module's own goal is ≥ 5 M/s/core for known keys).
+//! `EdgeIndex::apply` throughput on the leader (docs/architecture.md, "Performance goals":
+//! merges ≥ 1 M delta edges/s; this module's own goal is ≥ 5 M/s/core for known keys).
 //!
 //! Cases, each with batches of 1 000 entries as one decoded wire message would carry:
 //! - `known/<n>k_keys`: the steady state. Four agents, each key shipped by two of them;

@@ -1,4 +1,4 @@
-//! Custom resources of Network Enforcer (ARCHITECTURE §4): the learned
+//! Custom resources of Network Enforcer (docs/architecture.md, "Custom resources"): the learned
 //! `WorkloadNetworkPolicyProposal` (wnpp) and the promoted `WorkloadNetworkPolicy` (wnp).
 //!
 //! Group `networkenforcer.kubewarden.io`, version `v1alpha1`, both namespaced with a

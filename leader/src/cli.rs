@@ -1,4 +1,5 @@
-//! The command line of `ne-leader` (ARCHITECTURE §7: names here are a contract).
+//! The command line of `ne-leader` (docs/architecture.md, "Command lines": names here are a
+//! contract).
 
 use std::path::PathBuf;
 

@@ -1,5 +1,5 @@
-//! The command line of `ne-agent` (ARCHITECTURE §7: these names are a contract). Every
-//! flag can also be set by the environment variable shown in `--help`.
+//! The command line of `ne-agent` (docs/architecture.md, "Command lines": these names are a
+//! contract). Every flag can also be set by the environment variable shown in `--help`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

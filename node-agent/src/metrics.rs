@@ -1,5 +1,6 @@
-//! The agent's instruments (ARCHITECTURE §5: names are a contract), defined once and
-//! passed down; no globals. Exposed in the Prometheus text format on `/metrics`.
+//! The agent's instruments (docs/architecture.md, "OpenTelemetry": names are a contract),
+//! defined once and passed down; no globals. Exposed in the Prometheus text format on
+//! `/metrics`.
 //!
 //! Scraper lag — how long after the data plane saw a flow the agent got it — is recorded
 //! in an HDR histogram (constant memory, 3 significant digits, no bucket choice at record

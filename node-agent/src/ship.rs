@@ -1,5 +1,5 @@
-//! Shipping the FlowTable to the leader (ARCHITECTURE §6): the agent's end of the
-//! `networkenforcer.ingest.v1.Ingest/Stream` protocol.
+//! Shipping the FlowTable to the leader (docs/architecture.md, "Agent ↔ leader protocol"):
+//! the agent's end of the `networkenforcer.ingest.v1.Ingest/Stream` protocol.
 //!
 //! One stream at a time, to the first address of `--leader-address` that accepts it (a
 //! standby answers `UNAVAILABLE`; the next address is tried). On every new stream the

@@ -9,7 +9,7 @@
 //! entries into its `Batch` messages and back.
 //!
 //! The data-plane `.proto` files in `proto/` are our own, written from the field numbers
-//! in `shared/reference/dataplanes.md` (same tags and wire types as upstream, fewer
+//! of Hubble's and Goldmane's published APIs (same tags and wire types as upstream, fewer
 //! fields); `proto/networkenforcer/ingest/v1/ingest.proto` is this project's own API.
 //! The generated code in `src/gen/` is committed, so a build needs no `protoc` and no build
 //! script; `tests/bootstrap.rs` regenerates it with protox and fails on any difference

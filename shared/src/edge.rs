@@ -1,5 +1,5 @@
 //! Edge derivation: which (subject, direction, peer, protocol, port) a flow teaches
-//! (ARCHITECTURE §3).
+//! (docs/architecture.md, "Flow model and learning rules").
 //!
 //! Every record is one observation at one point, so it yields at most one edge: an
 //! egress edge on the source when the reporter saw the flow leave the source, an ingress
@@ -115,8 +115,9 @@ pub struct Learnable {
 }
 
 impl Learnable {
-    /// The learning rules of ARCHITECTURE §3, in order: the direction the flow teaches, or
-    /// why it teaches nothing. The one place these rules live.
+    /// The learning rules (docs/architecture.md, "Flow model and learning rules"), in order:
+    /// the direction the flow teaches, or why it teaches nothing. The one place these rules
+    /// live.
     pub fn direction(self, provider: Provider) -> Result<Direction, EdgeSkip> {
         if self.reply == Some(true) {
             return Err(EdgeSkip::Reply);

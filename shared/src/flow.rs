@@ -1,4 +1,5 @@
-//! The normalised flow model every source decodes into (ARCHITECTURE §3).
+//! The normalised flow model every source decodes into (docs/architecture.md, "Flow model
+//! and learning rules").
 //!
 //! A [`FlowRecord`] says what one data plane reported about one connection (or one
 //! aggregate of connections): who talked to whom, on which transport and server port,

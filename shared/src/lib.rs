@@ -11,7 +11,8 @@
 //! Nothing here does IO beyond reading what it is handed: no kube client, no gRPC (the
 //! ingest API's message types come from `ne-proto`; the streams live in the binaries; the
 //! metrics endpoints and OTLP export live in `ne-telemetry`).
-//! [`otel_names`] holds the OpenTelemetry event and attribute names (ARCHITECTURE §5).
+//! [`otel_names`] holds the OpenTelemetry event and attribute names (docs/architecture.md,
+//! "OpenTelemetry").
 
 pub mod allowlist;
 pub mod decode;

@@ -1,7 +1,8 @@
-//! The OpenTelemetry names of ARCHITECTURE §5, in one place: the leader emits its violation
-//! log events with these, and the Helm chart's collector config (a counter per
-//! `policy_violation_observed` event, dimensioned by the fixed attributes) is tested against
-//! them (`tests/tests/chart.rs`). Renaming one here without the chart fails that test.
+//! The OpenTelemetry names (docs/architecture.md, "OpenTelemetry"), in one place: the leader
+//! emits its violation log events with these, and the Helm chart's collector config (a
+//! counter per `policy_violation_observed` event, dimensioned by the fixed attributes) is
+//! tested against them (`tests/tests/chart.rs`). Renaming one here without the chart fails
+//! that test.
 
 /// Instrumentation scope of the log events.
 pub const LOG_SCOPE: &str = "network-enforcer";
@@ -36,7 +37,8 @@ pub const VIOLATION_ID: &str = "violation.id";
 /// `ingress` or `egress`.
 pub const NETWORK_DIRECTION: &str = "network.direction";
 /// Flows of the tuple seen so far (the record's count; for unattributed traffic, the
-/// data plane's total). Not one of §5's fixed attributes: an addition every event has.
+/// data plane's total). Not one of the fixed [`VIOLATION_ATTRIBUTES`]: an addition every
+/// event has.
 pub const VIOLATION_COUNT: &str = "violation.count";
 /// Why a violation was acknowledged (acknowledged event only).
 pub const REASON: &str = "reason";

@@ -1,4 +1,5 @@
-//! The controller's instruments (ARCHITECTURE §5 names, prefix `network_enforcer_`).
+//! The controller's instruments (names as in docs/architecture.md, "OpenTelemetry"; prefix
+//! `network_enforcer_`).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

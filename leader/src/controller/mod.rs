@@ -1,5 +1,5 @@
-//! The Kubernetes controller of `ne-leader run` (ARCHITECTURE §1, §4, §5): learned edges
-//! become proposals, labelled proposals become policies, policies become native objects,
+//! The Kubernetes controller of `ne-leader run` (docs/architecture.md, "The leader"): learned
+//! edges become proposals, labelled proposals become policies, policies become native objects,
 //! traffic outside a policy becomes its violation record and a log event.
 //!
 //! - [`state`]: reflectors for every kind read (all replicas keep them warm).

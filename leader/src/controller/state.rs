@@ -1,5 +1,6 @@
 //! The cluster as the controller sees it: one reflector per kind, started on every replica
-//! (standbys keep their caches warm, STYLE.md 7), read as plain snapshots each round.
+//! (standbys keep their caches warm, ready for when they take over), read as plain snapshots
+//! each round.
 //!
 //! Objects are stored without `managedFields` (and pods without their annotations), which
 //! are most of their size and of no use here.

@@ -1,4 +1,5 @@
-//! The leader's ingest endpoint (ARCHITECTURE §6): `networkenforcer.ingest.v1.Ingest/Stream`.
+//! The leader's ingest endpoint (docs/architecture.md, "Agent ↔ leader protocol"):
+//! `networkenforcer.ingest.v1.Ingest/Stream`.
 //!
 //! Data flow: agent stream → `Hello` → per-stream [`Decoder`] → [`IndexHandle::apply`]
 //! (the indexes' owner task, module `owner`) → `Ack` of the highest sequence applied. An

@@ -1,6 +1,6 @@
-//! The one task that owns the leader's [`EdgeIndex`]es (STYLE 3): ingest sessions send it
-//! commands; it applies each batch synchronously, in arrival order, and answers when the
-//! batch is in the indexes, so an ack always means "applied".
+//! The one task that owns the leader's [`EdgeIndex`]es, so no lock guards them: ingest
+//! sessions send it commands; it applies each batch synchronously, in arrival order, and
+//! answers when the batch is in the indexes, so an ack always means "applied".
 //!
 //! One index per [`EdgeClass`]: learned edges (what proposals are made of), policy
 //! denials and audit / dry-run denials (what protect- and monitor-mode violations are

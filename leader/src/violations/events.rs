@@ -1,5 +1,5 @@
-//! The OpenTelemetry log events of violations (ARCHITECTURE §5): one attribute set for
-//! every provider, named in [`ne_shared::otel_names`].
+//! The OpenTelemetry log events of violations (docs/architecture.md, "OpenTelemetry"): one
+//! attribute set for every provider, named in [`ne_shared::otel_names`].
 //!
 //! Place in the data flow: the controller's writer turns the records a status write
 //! carried ([`crate::controller::plan::Action::ApplyViolations`]) into events once the

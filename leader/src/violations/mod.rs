@@ -1,6 +1,6 @@
-//! Violations (ARCHITECTURE §4–§5): what the leader merged becomes observations of the
-//! policies it concerns, observations become each policy's violation record, and changes
-//! of the record become OpenTelemetry log events.
+//! Violations (docs/architecture.md, "Violations" and "OpenTelemetry"): what the leader
+//! merged becomes observations of the policies it concerns, observations become each
+//! policy's violation record, and changes of the record become OpenTelemetry log events.
 //!
 //! - [`detect`]: observations from the merged edges (monitor checks), denials (protect)
 //!   and dry-run denials, attributed by `targetRef` + direction.

@@ -1,4 +1,4 @@
-//! `--source goldmane`: Calico Goldmane's `goldmane.Flows/Stream` (dataplanes.md §2).
+//! `--source goldmane`: Calico Goldmane's `goldmane.Flows/Stream` (Calico ≥ 3.30).
 //!
 //! Place in the data flow: Goldmane (Deployment `goldmane`, namespace `calico-system`)
 //! aggregates the flow logs every Felix pushes to it and streams each completed 15 s
@@ -19,7 +19,7 @@
 //! **mTLS is mandatory** (Goldmane requires and verifies a client certificate signed by the
 //! Tigera operator's CA; it checks no name). The agent refuses to start without
 //! `--goldmane-tls-ca`, `--goldmane-tls-cert` and `--goldmane-tls-key`. Where to get them
-//! (dataplanes.md §2.1):
+//! (as the Tigera operator sets Goldmane up):
 //! - CA: `ca.crt` of Secret `calico-system/goldmane-key-pair`, or ConfigMap
 //!   `calico-system/goldmane-ca-bundle` (the operator's trusted bundle);
 //! - client certificate and key: `tls.crt`/`tls.key` of Secret `calico-system/node-certs`

@@ -1,7 +1,7 @@
 //! `--source hubble`: Cilium Hubble's `observer.Observer/GetFlows` stream, followed from
 //! now on (no history: learning starts when the agent starts), into the [`FlowSink`].
 //!
-//! Two ways to reach Hubble (dataplanes.md §1.1):
+//! Two ways to reach Hubble (both serve the same `observer.Observer` service):
 //! - **The node's own socket** (default `unix:///var/run/cilium/hubble.sock`): plain gRPC,
 //!   no TLS; the DaemonSet mounts `/var/run/cilium` from the host and runs as root (or a
 //!   group that may open the socket). The socket only serves this node's flows, so the
@@ -14,10 +14,11 @@
 //!   newer Hubble reads it as "this node in any cluster".
 //!
 //! Both ask Hubble to send only the event types learning uses: drop (1), trace (4) and
-//! policy verdict (5) — dataplanes.md §1.2, §1.6. Leaving L7 access logs (129, one per
-//! request), socket-LB traces (7) and debug or capture events on the server cuts the volume
-//! the agent reads and, above all, what Hubble's ring buffer must hold for this client:
-//! a follow-mode reader that falls behind loses events (§7), it gets no error.
+//! policy verdict (5), by a `GetFlowsRequest` whitelist on the flow's event type. Leaving L7
+//! access logs (129, one per request), socket-LB traces (7) and debug or capture events on
+//! the server cuts the volume the agent reads and, above all, what Hubble's ring buffer must
+//! hold for this client: a follow-mode reader that falls behind loses events (reported as
+//! `lost_events`), it gets no error.
 //!
 //! The hot path takes each `GetFlowsResponse` undecoded ([`ne_proto::raw`]) and records
 //! it with a [`HubbleDecoder`] (one per stream): no prost structs, no copy, no allocation

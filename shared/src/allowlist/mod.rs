@@ -1,5 +1,6 @@
 //! Allow-lists: aggregated edges become one allow-list per (workload, direction), which
-//! renders to a `WorkloadNetworkPolicyProposal` (ARCHITECTURE §3-§4).
+//! renders to a `WorkloadNetworkPolicyProposal` (docs/architecture.md, "Flow model and
+//! learning rules" and "Custom resources").
 //!
 //! Input is what the agent's `FlowTable` aggregated: an [`Edge`] with its flow count and
 //! first/last time seen ([`AggregatedEdge`]). For each edge the [`Learner`]:

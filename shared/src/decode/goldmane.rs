@@ -1,4 +1,4 @@
-//! Calico Goldmane flows as JSON (dataplanes.md §2): the `Flow` message as protojson
+//! Calico Goldmane flows as JSON (Calico ≥ 3.30): the `Flow` message as protojson
 //! (`{"Key":{"sourceName":…},"startTime":"…",…}`, int64s as strings, enums as names), as
 //! Go `encoding/json` (snake_case, enums and int64s as numbers), wrapped in a
 //! `FlowResult` (`{"id":…,"flow":{…}}`), or Whisker's flat snake_case `FlowResponse`
@@ -80,7 +80,7 @@ struct Hit<'a> {
     trigger: Option<Box<Hit<'a>>>,
 }
 
-/// One Goldmane flow, in the shape of the protobuf `Flow`/`FlowKey` (dataplanes.md §2.2):
+/// One Goldmane flow, in the shape of the protobuf `Flow`/`FlowKey` (package `goldmane`):
 /// the common ground of the JSON decoder here and the agent's gRPC stream, which both
 /// build their [`FlowRecord`] with [`record_from_parts`], so the two cannot drift.
 ///

@@ -1,5 +1,5 @@
 //! Cilium Hubble flows as JSON: `hubble observe -o json|jsonpb`, the Hubble exporter, and
-//! Go `encoding/json` dumps (dataplanes.md §1.3-1.6).
+//! Go `encoding/json` dumps of Hubble API v1's `GetFlowsResponse` and `Flow`.
 //!
 //! A line is a `GetFlowsResponse` (`{"flow":{…},"node_name":…,"time":…}`), `{"flow":…}`
 //! alone, or a bare `Flow`. `lost_events` and `node_status` responses are counted skips.

@@ -7,7 +7,7 @@
 //! borrowed `FlowFields` as the JSON decoder ([`super::hubble`]) and maps it with the same
 //! function, so a flow gives the same record whichever way it arrives.
 //!
-//! Field numbers are Hubble's (dataplanes.md §1.3-1.5; the `.proto` subset is in
+//! Field numbers are Hubble's (API v1; the `.proto` subset is in
 //! `proto/proto/hubble/`). Fields the record does not use are skipped without being
 //! parsed; unknown fields of any wire type are skipped. Malformed input (a truncated
 //! varint, a length past the end, a known field with the wrong wire type, invalid UTF-8 in

@@ -1,5 +1,5 @@
-//! The batch codec of the agent-to-leader stream (ARCHITECTURE §6): flow table entries to
-//! `networkenforcer.ingest.v1.Batch` messages and back.
+//! The batch codec of the agent-to-leader stream (docs/architecture.md, "Agent ↔ leader
+//! protocol"): flow table entries to `networkenforcer.ingest.v1.Batch` messages and back.
 //!
 //! Place in the data flow: the agent's shipper drains changed entries from its
 //! [`FlowTable`](crate::table::FlowTable) ([`EdgeSnapshot`]s) and hands them to its stream's

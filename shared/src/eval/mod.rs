@@ -1,5 +1,5 @@
-//! Policy semantics: does a promoted policy allow an observed flow? (ARCHITECTURE §4,
-//! weak spot 2 of `reference/anchor.md` §10.)
+//! Policy semantics: does a promoted policy allow an observed flow? (docs/architecture.md,
+//! "Violations": real semantics, not a structural comparison of rules.)
 //!
 //! Monitor mode turns every observed flow a `WorkloadNetworkPolicy` does not allow into a
 //! violation, so "allowed" must mean what the data plane would do: label selectors

@@ -1,4 +1,5 @@
-//! The leader's merged edge index (ARCHITECTURE §1, §6; STYLE 3).
+//! The leader's merged edge index (docs/architecture.md, "The leader" and "Agent ↔ leader
+//! protocol").
 //!
 //! Data flow on the leader: an agent's ingest stream → decode (the delta codec) →
 //! [`EdgeIndex::apply`] per batch → the proposal writer, which reads

@@ -1,4 +1,5 @@
-//! The agent's pre-aggregation map (ARCHITECTURE §6, STYLE 4-6).
+//! The agent's pre-aggregation map (docs/architecture.md, "The agent" and "Agent ↔ leader
+//! protocol").
 //!
 //! Decoded flows become [`Edge`]s; the agent records each one here, keyed by [`EdgeKey`],
 //! so that a million flows over the same few thousand edges cost a few thousand entries.

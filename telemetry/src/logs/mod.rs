@@ -1,4 +1,5 @@
-//! OTLP export of log events (the leader's `policy_violation_*` events, ARCHITECTURE §5).
+//! OTLP export of log events (the leader's `policy_violation_*` events, docs/architecture.md,
+//! "OpenTelemetry").
 //!
 //! The code that notices something builds a [`LogEvent`] and calls [`LogSender::emit`], which
 //! never blocks: the event goes into a bounded queue, or is dropped and counted when the queue

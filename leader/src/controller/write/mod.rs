@@ -3,7 +3,7 @@
 //! ones (an object that appeared meanwhile is never taken over), deletes with a uid
 //! precondition, Events once per object version. A client-side token bucket bounds the
 //! write rate; what it holds back is planned again next round. Leadership is checked
-//! before every write (STYLE.md 7).
+//! before every write, so a replica that lost the Lease writes nothing more.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The writer against a scripted API server (tower-test, STYLE.md 15): each test lists the
+//! The writer against a scripted API server (tower-test): each test lists the
 //! requests it expects, in order, with method, path, query and body, and what the server
 //! answers.
 

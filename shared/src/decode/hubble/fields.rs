@@ -280,8 +280,8 @@ fn rank(r: Reserved) -> u8 {
     }
 }
 
-/// Cilium's reserved identity numbers (dataplanes.md §1.6). 11 (encrypted overlay) is
-/// node-to-node tunnel traffic, so it maps to remote-node.
+/// Cilium's reserved identity numbers (1-255 are reserved, cluster identities start at 256).
+/// 11 (encrypted overlay) is node-to-node tunnel traffic, so it maps to remote-node.
 fn reserved_from_identity(identity: u32) -> Option<Reserved> {
     Some(match identity {
         1 => Reserved::Host,

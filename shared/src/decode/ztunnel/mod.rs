@@ -1,4 +1,5 @@
-//! Istio ambient ztunnel access logs (dataplanes.md §3), after CRI framing is removed.
+//! Istio ambient ztunnel access logs (container `istio-proxy` of the ztunnel DaemonSet),
+//! after CRI framing is removed.
 //!
 //! Text lines: `<time> <level> <target> <message> <k=v …>`, where the separators are TABs
 //! (ztunnel's own format), single spaces or runs of spaces (tabs expanded by whoever
