@@ -221,9 +221,19 @@ impl AgentMetrics {
                 "Streams to the leader that ended or failed",
                 &self.leader_reconnects,
             ),
+            (
+                "agent_ship_oversized_edges",
+                "Edges not shipped because one alone exceeds the message or table limits",
+                &self.ship_oversized,
+            ),
         ] {
             r.register(name, help, counter.clone());
         }
+        r.register(
+            "agent_source_file_events",
+            "Log-file events of the ztunnel tailer (opened, rotated, truncated, ...)",
+            self.file_events.clone(),
+        );
         r.register(
             "agent_ship_unacked_batches",
             "Batches sent to the leader and not yet acknowledged",
@@ -397,6 +407,8 @@ mod tests {
         m.denied_edges.set(2);
         m.audit_edges.set(1);
         m.dropped(DropReason::audits_full);
+        m.ship_oversized.inc_by(2);
+        m.file_event("rotated", 1);
         let text = m.encode();
         for line in [
             "network_enforcer_agent_flows_received_total{source=\"file\"} 3",
@@ -406,6 +418,8 @@ mod tests {
             "network_enforcer_agent_denied_edges 2",
             "network_enforcer_agent_audit_edges 1",
             "network_enforcer_agent_flows_dropped_total{reason=\"audits_full\"} 1",
+            "network_enforcer_agent_ship_oversized_edges_total 2",
+            "network_enforcer_agent_source_file_events_total{event=\"rotated\"} 1",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
