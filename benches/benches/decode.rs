@@ -13,18 +13,18 @@
 //! machine. The lines are split before measuring, so no case pays for the newline search.
 //! The ztunnel text group also compares CRI-framed with unframed input, and `decode_line`
 //! with `LineDecoder::feed`; its `fast/*` cases are the agent's ztunnel path, which
-//! records each line through [`FlowTable::record_ztunnel`] without decoding a record (to
+//! records each line through [`ztunnel::record_line`] without decoding a record (to
 //! compare with `pipeline/*`; the bench first checks that both learn the same table).
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use ne_benches::{Config, Shape, generate};
-use ne_shared::decode::ztunnel::ZtunnelRecorded;
-use ne_shared::decode::{Decoded, Format, LineDecoder, decode_line, decode_lines};
-use ne_shared::edge::Provider;
-use ne_shared::flow::FlowRecord;
-use ne_shared::table::{EdgeSnapshot, FlowTable};
+use ne_dataplanes::ztunnel::{self, ZtunnelRecorded};
+use ne_dataplanes::{Decoded, Format, LineDecoder, decode_line, decode_lines};
+use ne_flow::edge::Provider;
+use ne_flow::flow::FlowRecord;
+use ne_flow::table::{EdgeSnapshot, FlowTable};
 
 /// Lines per measured iteration.
 const LINES: usize = 4_096;
@@ -75,14 +75,14 @@ fn pipeline(format: Format, lines: &[&[u8]], table: &FlowTable) -> usize {
 }
 
 /// The agent's ztunnel path: CRI framing as `LineDecoder::feed`, then
-/// [`FlowTable::record_ztunnel`] on each payload (no record for a known edge); returns the
+/// [`ztunnel::record_line`] on each payload (no record for a known edge); returns the
 /// number of edges recorded.
 fn fast(lines: &[&[u8]], table: &FlowTable) -> usize {
     let mut decoder = LineDecoder::new(Format::Ztunnel);
     let mut edges = 0;
     for line in lines {
         if let Some(payload) = decoder.payload(line) {
-            let recorded = black_box(table.record_ztunnel(&payload, Provider::Istio));
+            let recorded = black_box(ztunnel::record_line(table, &payload, Provider::Istio));
             edges += usize::from(matches!(
                 recorded,
                 Ok(ZtunnelRecorded::Flow { outcome: Ok(_), .. })

@@ -20,14 +20,14 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use ne_benches::{Config, Shape, generate};
-use ne_proto::ingest::Batch;
-use ne_shared::decode::{Decoded, LineDecoder};
-use ne_shared::delta::{DEFAULT_MAX_MESSAGE_BYTES, Decoder, Encoder, agent_message_len};
-use ne_shared::edge::Edge;
-use ne_shared::flow::{
+use ne_dataplanes::{Decoded, LineDecoder};
+use ne_delta::{DEFAULT_MAX_MESSAGE_BYTES, Decoder, Encoder, agent_message_len};
+use ne_flow::edge::Edge;
+use ne_flow::flow::{
     Direction, Endpoint, EndpointId, Protocol, Timestamp, WorkloadKind, WorkloadRef, labels,
 };
-use ne_shared::table::{EdgeSnapshot, FlowTable};
+use ne_flow::table::{EdgeSnapshot, FlowTable};
+use ne_proto::ingest::Batch;
 
 /// xorshift64: deterministic, no `rand` dependency.
 struct XorShift(u64);

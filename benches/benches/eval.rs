@@ -1,4 +1,4 @@
-//! The evaluator's checks per flow (`ne_shared::eval::evaluate`): one flow against one
+//! The evaluator's checks per flow (`ne_policy::eval::evaluate`): one flow against one
 //! policy, NetworkPolicy and Istio, for policies of 1, 10 and 100 rules.
 //!
 //! Policies are shaped as learned proposals are: one rule per peer, each naming the peer
@@ -19,8 +19,8 @@ use ne_crds::{
     Backend, IstioAuthorizationPolicySpec, IstioFrom, IstioOperation, IstioRule, IstioSource,
     IstioTo, PolicyDirection,
 };
-use ne_shared::eval::{FlowView, PeerView, PolicyRef, evaluate};
-use ne_shared::flow::{Direction, Labels, Protocol, labels};
+use ne_flow::flow::{Direction, Labels, Protocol, labels};
+use ne_policy::eval::{FlowView, PeerView, PolicyRef, evaluate};
 
 const FLOWS: usize = 256;
 const NAMESPACES: usize = 8;

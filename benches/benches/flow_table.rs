@@ -15,9 +15,9 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use ne_benches::edges::edges;
-use ne_shared::edge::Edge;
-use ne_shared::flow::Timestamp;
-use ne_shared::table::FlowTable;
+use ne_flow::edge::Edge;
+use ne_flow::flow::Timestamp;
+use ne_flow::table::FlowTable;
 
 /// Records per measured iteration (split across threads).
 const OPS: usize = 100_000;

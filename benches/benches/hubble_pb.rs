@@ -18,17 +18,17 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use ne_dataplanes::hubble_pb::{HubbleDecoder, HubbleMessage, decode_response};
+use ne_flow::edge::Provider;
+use ne_flow::flow::{
+    Endpoint, EndpointId, FlowRecord, ObservationPoint, Protocol, Timestamp, Verdict, WorkloadKind,
+    WorkloadRef, labels,
+};
+use ne_flow::table::FlowTable;
 use ne_proto::flow::{self as pb, layer4};
 use ne_proto::observer::{GetFlowsResponse, get_flows_response};
 use ne_proto::prost::Message;
 use ne_proto::prost_types::Timestamp as PbTimestamp;
-use ne_shared::decode::hubble_pb::{HubbleDecoder, HubbleMessage, decode_response};
-use ne_shared::edge::Provider;
-use ne_shared::flow::{
-    Endpoint, EndpointId, FlowRecord, ObservationPoint, Protocol, Timestamp, Verdict, WorkloadKind,
-    WorkloadRef, labels,
-};
-use ne_shared::table::FlowTable;
 
 const FLOWS: usize = 20_000;
 const WORKLOADS: u64 = 200;
@@ -181,7 +181,7 @@ fn record_of(flow: &pb::Flow) -> FlowRecord {
     let ip = flow.ip.as_ref();
     let endpoint = |ep: &Option<pb::Endpoint>, addr: Option<&String>| {
         let Some(ep) = ep else {
-            return Endpoint::new(EndpointId::Reserved(ne_shared::flow::Reserved::Unknown));
+            return Endpoint::new(EndpointId::Reserved(ne_flow::flow::Reserved::Unknown));
         };
         let id = match ep.workloads.first() {
             Some(w) => EndpointId::Workload(WorkloadRef {

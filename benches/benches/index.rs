@@ -15,17 +15,17 @@
 //! Memory: 457-586 bytes per distinct edge of fixed size on x86_64 (map bucket and
 //! entry, plus 32 per further agent), besides the edge's strings, which are shared with
 //! the decoded batch that first carried it; see `bytes_per_distinct_edge` in
-//! `shared/src/index/tests.rs`.
+//! `shared/policy/src/index/tests.rs`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use ne_benches::edges::edges;
-use ne_shared::edge::Edge;
-use ne_shared::flow::Timestamp;
-use ne_shared::index::{AgentId, EdgeIndex};
-use ne_shared::table::EdgeSnapshot;
+use ne_flow::edge::Edge;
+use ne_flow::flow::Timestamp;
+use ne_flow::table::EdgeSnapshot;
+use ne_policy::index::{AgentId, EdgeIndex};
 
 const AGENTS: usize = 4;
 /// Entries per batch.

@@ -11,7 +11,7 @@ use std::hint::black_box;
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use ne_shared::resolve::{ClusterObjects, ClusterSnapshot};
+use ne_policy::resolve::{ClusterObjects, ClusterSnapshot};
 use serde_json::json;
 
 const PODS_PER_DEPLOYMENT: usize = 5;

@@ -2,10 +2,8 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use ne_shared::edge::Edge;
-use ne_shared::flow::{
-    Direction, Endpoint, EndpointId, Protocol, WorkloadKind, WorkloadRef, labels,
-};
+use ne_flow::edge::Edge;
+use ne_flow::flow::{Direction, Endpoint, EndpointId, Protocol, WorkloadKind, WorkloadRef, labels};
 
 fn workload(namespace: &str, name: String) -> Endpoint {
     let id = EndpointId::Workload(WorkloadRef {

@@ -1,6 +1,6 @@
 //! Bench inputs: a seeded generator of realistic flow lines in every format the agent
 //! reads, so that the criterion benches (`benches/`) measure decoders and the
-//! decode → edge → [`ne_shared::table::FlowTable`] pipeline on data shaped like real
+//! decode → edge → [`ne_flow::table::FlowTable`] pipeline on data shaped like real
 //! captures (the bundled `examples/flows/*`, which mirror `shared/testdata/real/`).
 //!
 //! The generator invents a cluster ([`Config`]: namespaces, workloads, peers per workload,
@@ -14,9 +14,9 @@
 use std::fmt::Write;
 use std::net::Ipv4Addr;
 
-use ne_shared::decode::Format;
-use ne_shared::flow::Timestamp;
-use ne_shared::time::format_rfc3339_nanos;
+use ne_dataplanes::Format;
+use ne_flow::flow::Timestamp;
+use ne_flow::time::format_rfc3339_nanos;
 
 /// The size and shape of the invented cluster and of the key distribution.
 #[derive(Clone, Debug, PartialEq)]

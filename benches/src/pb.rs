@@ -6,10 +6,10 @@
 
 use std::net::Ipv4Addr;
 
+use ne_flow::flow::Timestamp;
 use ne_proto::flow::{self as pb, layer4};
 use ne_proto::observer::{GetFlowsResponse, get_flows_response};
 use ne_proto::prost_types::Timestamp as PbTimestamp;
-use ne_shared::flow::Timestamp;
 
 use super::{End, Event, Generator, Side};
 use crate::render::{ext_name, fnv};

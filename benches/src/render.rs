@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use ne_shared::time::format_rfc3339_nanos;
+use ne_flow::time::format_rfc3339_nanos;
 
 use super::{End, Event, Generator, Side, Workload};
 

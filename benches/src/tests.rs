@@ -1,9 +1,9 @@
 use std::collections::BTreeMap;
 
-use ne_shared::decode::{LineDecoder, decode_lines};
-use ne_shared::edge::EdgeSkip;
-use ne_shared::flow::{EndpointId, FlowRecord, WorkloadKind};
-use ne_shared::table::FlowTable;
+use ne_dataplanes::{LineDecoder, decode_lines};
+use ne_flow::edge::EdgeSkip;
+use ne_flow::flow::{EndpointId, FlowRecord, WorkloadKind};
+use ne_flow::table::FlowTable;
 
 use super::*;
 
@@ -52,7 +52,7 @@ fn cri_framing_wraps_the_same_payloads() {
         assert!(f[..prefix].ends_with(b"Z stdout F "));
         assert_eq!(
             decoder.feed(f),
-            ne_shared::decode::decode_line(Format::Ztunnel, p)
+            ne_dataplanes::decode_line(Format::Ztunnel, p)
         );
     }
 }
@@ -156,11 +156,11 @@ fn tiny_configs_still_generate_decodable_lines() {
 }
 
 mod pb {
+    use ne_dataplanes::hubble_pb::{HubbleMessage, decode_response};
+    use ne_flow::edge::{Provider, derive};
+    use ne_flow::flow::{EndpointId, Timestamp};
+    use ne_flow::table::FlowTable;
     use ne_proto::prost::Message;
-    use ne_shared::decode::hubble_pb::{HubbleMessage, decode_response};
-    use ne_shared::edge::{Provider, derive};
-    use ne_shared::flow::{EndpointId, Timestamp};
-    use ne_shared::table::FlowTable;
 
     use crate::{Config, Generator};
 

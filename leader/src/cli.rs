@@ -72,7 +72,7 @@ pub struct RunArgs {
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
     /// How often proposals are rebuilt from the merged edges.
-    #[arg(long, env = "NE_FLUSH_INTERVAL", default_value = "1s", value_parser = ne_shared::time::parse_duration)]
+    #[arg(long, env = "NE_FLUSH_INTERVAL", default_value = "1s", value_parser = ne_flow::time::parse_duration)]
     pub flush_interval: std::time::Duration,
     /// Most distinct edges the merged index holds; new edges beyond it are dropped and counted.
     #[arg(long, env = "NE_MAX_EDGES", default_value_t = 1_000_000)]
@@ -99,11 +99,11 @@ pub struct RunArgs {
     #[arg(long, env = "NE_NO_CONTROLLER")]
     pub no_controller: bool,
     /// A proposal is `Stable` once no new peer or port was added for this long.
-    #[arg(long, env = "NE_STABLE_AFTER", default_value = "10m", value_parser = ne_shared::time::parse_duration)]
+    #[arg(long, env = "NE_STABLE_AFTER", default_value = "10m", value_parser = ne_flow::time::parse_duration)]
     pub stable_after: std::time::Duration,
     /// A proposal's evidence that only moved (later last-seen, more flows) is written once it
     /// is this much newer; new peers, ports and conditions are written at once.
-    #[arg(long, env = "NE_STATUS_REFRESH", default_value = "60s", value_parser = ne_shared::time::parse_duration)]
+    #[arg(long, env = "NE_STATUS_REFRESH", default_value = "60s", value_parser = ne_flow::time::parse_duration)]
     pub status_refresh: std::time::Duration,
     /// Client-side limit of API writes per second (bursts up to `--api-write-burst`);
     /// writes over it wait for the next round.

@@ -17,10 +17,10 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::Context as _;
 use ne_crds::WorkloadNetworkPolicyProposal;
-use ne_shared::allowlist::{AggregatedEdge, LearnOptions, LearnSummary};
-use ne_shared::edge::Provider;
-use ne_shared::index::MergedEdge;
-use ne_shared::resolve::{RecordOnly, Resolver};
+use ne_flow::edge::Provider;
+use ne_policy::allowlist::{AggregatedEdge, LearnOptions, LearnSummary};
+use ne_policy::index::MergedEdge;
+use ne_policy::resolve::{RecordOnly, Resolver};
 use ne_telemetry::{http, logs, otlp};
 use tokio_stream::wrappers::TcpListenerStream;
 
@@ -120,7 +120,7 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
             tracing::info!(endpoint = %config.export.endpoint, "exporting violation log events over OTLP");
             let (sender, task) = logs::start(
                 config,
-                ne_shared::otel_names::LOG_SCOPE,
+                ne_policy::otel_names::LOG_SCOPE,
                 log_metrics.clone(),
             );
             (sender, Some(task))

@@ -10,6 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ne_flow::edge::Provider;
+use ne_flow::table::FlowTable;
 use ne_leader::cli::{InputArgs, InputFormat, LearnArgs, SummaryFormat};
 use ne_leader::offline::learn::{learn, write_proposals};
 use ne_node_agent::metrics::AgentMetrics;
@@ -17,8 +19,6 @@ use ne_node_agent::ship::{self, ShipConfig};
 use ne_node_agent::sink::FlowSink;
 use ne_node_agent::sources::SourceState;
 use ne_node_agent::sources::file::{self, FileSource};
-use ne_shared::edge::Provider;
-use ne_shared::table::FlowTable;
 
 fn capture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/flows/hubble.jsonl")

@@ -213,7 +213,7 @@ pub enum LogFormat {
     Json,
 }
 
-pub use ne_shared::time::parse_duration;
+pub use ne_flow::time::parse_duration;
 
 #[cfg(test)]
 mod tests {

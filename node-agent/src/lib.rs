@@ -2,7 +2,7 @@
 //!
 //! It reads the node's flows from the data plane that is already there (Hubble's socket,
 //! ztunnel's log files, Goldmane's stream, or a capture file), decodes them with
-//! [`ne_shared::decode`] and pre-aggregates them in a [`ne_shared::table::FlowTable`]
+//! [`ne_dataplanes`] and pre-aggregates them in a [`ne_flow::table::FlowTable`]
 //! through a [`sink::FlowSink`]. `/metrics`, `/healthz` and `/readyz` are served by
 //! [`http`]. All task wiring is in [`run`].
 
@@ -16,8 +16,8 @@ pub mod tail;
 use std::sync::Arc;
 
 use anyhow::Context;
-use ne_shared::edge::Provider;
-use ne_shared::table::FlowTable;
+use ne_flow::edge::Provider;
+use ne_flow::table::FlowTable;
 use ne_telemetry::{http, otlp};
 
 use args::{Args, LogFormat, SourceKind};

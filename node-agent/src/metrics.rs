@@ -10,8 +10,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hdrhistogram::Histogram as Hdr;
-use ne_shared::decode::SkipReason;
-use ne_shared::edge::EdgeSkip;
+use ne_dataplanes::SkipReason;
+use ne_flow::edge::EdgeSkip;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

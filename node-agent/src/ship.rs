@@ -5,7 +5,7 @@
 //! standby answers `UNAVAILABLE`; the next address is tried). On every new stream the
 //! agent says `Hello` (node, agent id, process epoch), waits for the leader's first ack,
 //! sends its whole table as a snapshot, then every `--flush-interval` the entries that
-//! changed ([`FlowTable::drain_dirty`]), encoded by [`ne_shared::delta::Encoder`]. Counts
+//! changed ([`FlowTable::drain_dirty`]), encoded by [`ne_delta::Encoder`]. Counts
 //! and times are totals, so a batch delivered twice changes nothing at the leader.
 //!
 //! Denials travel on the same stream: the agent's three tables ([`ShipTables`]: learned
@@ -28,12 +28,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
+use ne_delta::{EdgeClass, Encoder, agent_message_len};
+use ne_flow::edge::Provider;
+use ne_flow::flow::Timestamp;
+use ne_flow::table::{EdgeSnapshot, FlowTable};
 use ne_proto::ingest::ingest_client::IngestClient;
 use ne_proto::ingest::{AgentMessage, Batch, Hello, agent_message, leader_message};
-use ne_shared::delta::{EdgeClass, Encoder, agent_message_len};
-use ne_shared::edge::Provider;
-use ne_shared::flow::Timestamp;
-use ne_shared::table::{EdgeSnapshot, FlowTable};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;

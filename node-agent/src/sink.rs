@@ -12,11 +12,11 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use ne_shared::decode::ztunnel::ZtunnelRecorded;
-use ne_shared::decode::{DecodeError, Decoded, SkipReason};
-use ne_shared::edge::{EdgeSkip, Provider};
-use ne_shared::flow::{FlowRecord, Timestamp, Verdict};
-use ne_shared::table::{FlowTable, RecordOutcome};
+use ne_dataplanes::ztunnel::ZtunnelRecorded;
+use ne_dataplanes::{DecodeError, Decoded, SkipReason};
+use ne_flow::edge::{EdgeSkip, Provider};
+use ne_flow::flow::{FlowRecord, Timestamp, Verdict};
+use ne_flow::table::{FlowTable, RecordOutcome};
 use prometheus_client::metrics::counter::Counter;
 
 use crate::metrics::{AgentMetrics, DropReason, SourceLabel};
@@ -122,13 +122,13 @@ impl FlowSink {
         match flow.verdict {
             Verdict::PolicyDenied => Self::observe(
                 self.denials.as_deref(),
-                ne_shared::edge::derive_denial(flow),
+                ne_flow::edge::derive_denial(flow),
                 flow,
                 || self.metrics.dropped(DropReason::denials_full),
             ),
             Verdict::AuditDenied => Self::observe(
                 self.audits.as_deref(),
-                ne_shared::edge::derive_audit(flow),
+                ne_flow::edge::derive_audit(flow),
                 flow,
                 || self.metrics.dropped(DropReason::audits_full),
             ),
@@ -140,7 +140,7 @@ impl FlowSink {
     /// Records a denial's edge in `table`, if kept; `full` counts one the table dropped.
     fn observe(
         table: Option<&FlowTable>,
-        edge: Result<ne_shared::edge::Edge, EdgeSkip>,
+        edge: Result<ne_flow::edge::Edge, EdgeSkip>,
         flow: &FlowRecord,
         full: impl FnOnce(),
     ) {
@@ -174,10 +174,14 @@ impl FlowSink {
     }
 
     /// Decodes and records one ztunnel payload (after CRI framing) through the fast path,
-    /// [`FlowTable::record_ztunnel`]: the same table entries and metrics as
+    /// [`ne_dataplanes::ztunnel::record_line`]: the same table entries and metrics as
     /// [`FlowSink::accept`] on `decode_line`'s result.
     pub fn record_ztunnel(&self, payload: &[u8]) {
-        self.accept_ztunnel(self.table.record_ztunnel(payload, self.provider));
+        self.accept_ztunnel(ne_dataplanes::ztunnel::record_line(
+            &self.table,
+            payload,
+            self.provider,
+        ));
     }
 
     /// Accounts for one fast-path result as [`FlowSink::accept`] does for a decode
@@ -214,8 +218,8 @@ pub fn now_nanos() -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use ne_shared::decode::{Format, LineDecoder};
-    use ne_shared::table::EdgeSnapshot;
+    use ne_dataplanes::{Format, LineDecoder};
+    use ne_flow::table::EdgeSnapshot;
 
     use super::*;
 

@@ -3,18 +3,22 @@
 //!
 //! Place in the data flow: the agent's sources open the Hubble and Goldmane streams; the
 //! hot Hubble path takes each `GetFlowsResponse` undecoded ([`raw`]) and hands the bytes
-//! to `ne_shared::decode::hubble_pb`, while the prost types here serve the request side,
+//! to `ne_dataplanes::hubble_pb`, while the prost types here serve the request side,
 //! the cooler sources (Goldmane), health calls and test servers. The agent then ships its
-//! flow table to the leader over [`ingest`]'s stream; `ne_shared::delta` turns table
+//! flow table to the leader over [`ingest`]'s stream; `ne-delta` turns table
 //! entries into its `Batch` messages and back.
 //!
 //! The data-plane `.proto` files in `proto/` are our own, written from the field numbers
 //! of Hubble's and Goldmane's published APIs (same tags and wire types as upstream, fewer
 //! fields); `proto/networkenforcer/ingest/v1/ingest.proto` is this project's own API.
-//! The generated code in `src/gen/` is committed, so a build needs no `protoc` and no build
+//! The messages need prost alone; the gRPC services (clients, servers and [`raw`]) come
+//! with the `grpc` feature, which pulls in tonic, so that the batch codec (`ne-delta`) and
+//! the decoders' tests use the messages without an HTTP/2 stack.
+//! The generated code in `src/gen/` (services in `src/gen/grpc/`) is committed, so a build needs no `protoc` and no build
 //! script; `tests/bootstrap.rs` regenerates it with protox and fails on any difference
 //! (`NE_REGEN_PROTO=1 cargo test -p ne-proto --test bootstrap` rewrites it).
 
+#[cfg(feature = "grpc")]
 pub mod raw;
 
 pub use prost;
@@ -36,12 +40,16 @@ pub mod relay {
 #[allow(clippy::large_enum_variant)]
 pub mod observer {
     include!("gen/observer.rs");
+    #[cfg(feature = "grpc")]
+    include!("gen/grpc/observer.rs");
 }
 
 /// Calico Goldmane's `goldmane` package (subset): the `Flows` stream and Felix's
 /// `FlowCollector` (client and server).
 pub mod goldmane {
     include!("gen/goldmane.rs");
+    #[cfg(feature = "grpc")]
+    include!("gen/grpc/goldmane.rs");
 }
 
 /// Network Enforcer's agent-to-leader API (`networkenforcer.ingest.v1`): the `Ingest`
@@ -50,7 +58,9 @@ pub mod goldmane {
 #[allow(clippy::large_enum_variant)]
 pub mod ingest {
     include!("gen/networkenforcer.ingest.v1.rs");
+    #[cfg(feature = "grpc")]
+    include!("gen/grpc/networkenforcer.ingest.v1.rs");
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "grpc"))]
 mod tests;

@@ -2,7 +2,7 @@
 //! response message over as its raw bytes.
 //!
 //! The agent's Hubble source reads `GetFlowsResponse`s this way and walks the bytes with
-//! `ne_shared::decode::hubble_pb::decode_response`, which reads only the fields learning
+//! `ne_dataplanes::hubble_pb::decode_response`, which reads only the fields learning
 //! needs; decoding into the prost structs of [`crate::observer`] would allocate every
 //! string of every flow. The bytes are split off tonic's receive buffer without a copy.
 //!

@@ -1,8 +1,8 @@
 //! Keeps the committed generated code (`src/gen/*.rs`) in step with the `.proto` files.
 //!
 //! The test compiles `proto/**.proto` with protox (pure Rust, no system `protoc`) and
-//! tonic-prost-build into a scratch directory and fails when any file differs from the
-//! committed one. After editing a `.proto` file, run
+//! tonic-prost-build into a scratch directory, the messages (`src/gen/`) apart from the
+//! gRPC services (`src/gen/grpc/`), and fails when any file differs from the committed one. After editing a `.proto` file, run
 //! `NE_REGEN_PROTO=1 cargo test -p ne-proto --test bootstrap` to rewrite `src/gen/` and
 //! commit the result.
 
@@ -17,20 +17,47 @@ const ROOTS: [&str; 3] = [
     "networkenforcer/ingest/v1/ingest.proto",
 ];
 
-/// Generates the code into `out` (created empty).
+/// The Rust module each package's messages live in (`src/lib.rs`): the services refer to
+/// them there, so that they can be generated apart.
+const MODULES: [(&str, &str); 5] = [
+    (".flow", "crate::flow"),
+    (".relay", "crate::relay"),
+    (".observer", "crate::observer"),
+    (".goldmane", "crate::goldmane"),
+    (".networkenforcer.ingest.v1", "crate::ingest"),
+];
+
+/// Generates the messages into `out` and the gRPC services (clients and servers, which need
+/// tonic) into `out/grpc`, both created empty: the messages build with prost alone.
 fn generate(out: &Path) {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let fds = protox::compile(ROOTS, [crate_dir.join("proto")]).expect("the .proto files compile");
     tonic_prost_build::configure()
+        .build_client(false)
+        .build_server(false)
+        .out_dir(out)
+        .compile_fds(fds.clone())
+        .expect("code generation succeeds");
+    let grpc = out.join("grpc");
+    fs::create_dir_all(&grpc).expect("scratch directory");
+    let mut services = tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
         // No `connect(dst)` constructors: they would clash with Goldmane's
         // `FlowCollector/Connect` method, and callers build their own `Channel` (unix socket,
         // TLS) and use `new(channel)`.
         .build_transport(false)
-        .out_dir(out)
-        .compile_fds(fds)
-        .expect("code generation succeeds");
+        .out_dir(&grpc);
+    for (package, module) in MODULES {
+        services = services.extern_path(package, module);
+    }
+    services.compile_fds(fds).expect("code generation succeeds");
+    // Packages without a service leave an empty file.
+    for (name, text) in rust_files(&grpc) {
+        if text.trim().is_empty() {
+            fs::remove_file(grpc.join(name)).expect("remove an empty file");
+        }
+    }
 }
 
 /// The `.rs` files of a directory, by name.
@@ -60,46 +87,38 @@ fn generated_code_is_up_to_date() {
     let _ = fs::remove_dir_all(&scratch);
     fs::create_dir_all(&scratch).expect("scratch directory");
     generate(&scratch);
-    let fresh = rust_files(&scratch);
-    let _ = fs::remove_dir_all(&scratch);
-
     let gen_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/gen");
-    let committed = rust_files(&gen_dir);
-    assert!(
+    let messages = compare(&scratch, &gen_dir);
+    let services = compare(&scratch.join("grpc"), &gen_dir.join("grpc"));
+    let _ = fs::remove_dir_all(&scratch);
+    assert_eq!(
+        messages.fresh,
         [
             "flow.rs",
-            "relay.rs",
-            "observer.rs",
             "goldmane.rs",
-            "networkenforcer.ingest.v1.rs"
-        ]
-        .iter()
-        .all(|f| fresh.contains_key(*f)),
-        "the generator produced {:?}",
-        fresh.keys().collect::<Vec<_>>()
+            "networkenforcer.ingest.v1.rs",
+            "observer.rs",
+            "relay.rs"
+        ],
+        "the generator's message files"
     );
-
-    let mut stale: Vec<&str> = fresh
+    assert_eq!(
+        services.fresh,
+        ["goldmane.rs", "networkenforcer.ingest.v1.rs", "observer.rs"],
+        "the generator's service files"
+    );
+    let stale: Vec<String> = messages
+        .stale
         .iter()
-        .filter(|(name, text)| committed.get(*name) != Some(text))
-        .map(|(name, _)| name.as_str())
+        .cloned()
+        .chain(services.stale.iter().map(|s| format!("grpc/{s}")))
         .collect();
-    stale.extend(
-        committed
-            .keys()
-            .filter(|name| !fresh.contains_key(*name))
-            .map(String::as_str),
-    );
     if stale.is_empty() {
         return;
     }
     if std::env::var_os("NE_REGEN_PROTO").is_some() {
-        for name in committed.keys().filter(|n| !fresh.contains_key(*n)) {
-            fs::remove_file(gen_dir.join(name)).expect("remove a stale generated file");
-        }
-        for (name, text) in &fresh {
-            fs::write(gen_dir.join(name), text).expect("write generated file");
-        }
+        messages.write();
+        services.write();
         eprintln!("rewrote proto/src/gen/: {stale:?}");
         return;
     }
@@ -107,4 +126,54 @@ fn generated_code_is_up_to_date() {
         "proto/src/gen/ is out of date with proto/proto/ ({stale:?}); run \
          `NE_REGEN_PROTO=1 cargo test -p ne-proto --test bootstrap` and commit the result"
     );
+}
+
+/// Freshly generated files against the committed ones of one directory.
+struct Comparison {
+    dir: PathBuf,
+    files: BTreeMap<String, String>,
+    fresh: Vec<String>,
+    /// Files that differ, are missing, or are committed and no longer generated.
+    stale: Vec<String>,
+}
+
+impl Comparison {
+    /// Makes the committed directory what was generated.
+    fn write(&self) {
+        fs::create_dir_all(&self.dir).expect("generated code directory");
+        for name in rust_files(&self.dir).keys() {
+            if !self.files.contains_key(name) {
+                fs::remove_file(self.dir.join(name)).expect("remove a stale generated file");
+            }
+        }
+        for (name, text) in &self.files {
+            fs::write(self.dir.join(name), text).expect("write generated file");
+        }
+    }
+}
+
+fn compare(fresh_dir: &Path, committed_dir: &Path) -> Comparison {
+    let files = rust_files(fresh_dir);
+    let committed = if committed_dir.exists() {
+        rust_files(committed_dir)
+    } else {
+        BTreeMap::new()
+    };
+    let mut stale: Vec<String> = files
+        .iter()
+        .filter(|(name, text)| committed.get(*name) != Some(text))
+        .map(|(name, _)| name.clone())
+        .collect();
+    stale.extend(
+        committed
+            .keys()
+            .filter(|n| !files.contains_key(*n))
+            .cloned(),
+    );
+    Comparison {
+        dir: committed_dir.to_owned(),
+        fresh: files.keys().cloned().collect(),
+        files,
+        stale,
+    }
 }

@@ -11,7 +11,7 @@
 //! - the containers' args are accepted by `ne-agent`'s and `ne-leader`'s own clap parsers and
 //!   agree with the Services, volumes and ServiceAccounts they refer to;
 //! - the admission policy and the collector config use the names the code uses
-//!   (`ne_crds::PROMOTE_LABEL`, `ne_crds::Mode`, `ne_shared::otel_names`).
+//!   (`ne_crds::PROMOTE_LABEL`, `ne_crds::Mode`, `ne_policy::otel_names`).
 //!
 //! `tests/chart_cluster.rs` applies the same renders to a real API server.
 
@@ -542,7 +542,7 @@ fn admission_policy_allows_only_the_modes_the_code_knows() {
 
 #[test]
 fn collector_counts_violation_events_by_the_fixed_attributes() {
-    use ne_shared::otel_names as names;
+    use ne_policy::otel_names as names;
     for provider in PROVIDERS {
         let case = case(&format!("{provider}-default"));
         let config_map = case.get("ConfigMap", "ne-otel-collector");

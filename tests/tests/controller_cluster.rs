@@ -920,7 +920,7 @@ async fn event_with(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn violations_in_monitor_and_protect_mode_with_network_policies() {
-    use ne_shared::otel_names as otel;
+    use ne_policy::otel_names as otel;
     let _one = ONE_AT_A_TIME.lock().await;
     let (collector, endpoint) = Collector::serve().await;
     let env = [
@@ -1117,7 +1117,7 @@ async fn violations_in_monitor_and_protect_mode_with_network_policies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn violations_in_monitor_and_protect_mode_with_authorization_policies() {
-    use ne_shared::otel_names as otel;
+    use ne_policy::otel_names as otel;
     let _one = ONE_AT_A_TIME.lock().await;
     let client = client().await;
     let installed = authorization_policy_crd(&client).await;

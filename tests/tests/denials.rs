@@ -19,6 +19,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use ne_flow::edge::Provider;
+use ne_flow::table::FlowTable;
 use ne_leader::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics, Merged};
 use ne_node_agent::metrics::AgentMetrics;
 use ne_node_agent::ship::{self, ShipConfig, ShipTables};
@@ -28,9 +30,7 @@ use ne_node_agent::sources::backoff::Backoff;
 use ne_node_agent::sources::file::{FileSource, format_of};
 use ne_node_agent::sources::hubble::{HubbleConfig, HubbleTarget};
 use ne_node_agent::sources::tls::TlsFiles;
-use ne_shared::edge::Provider;
-use ne_shared::index::MergedEdge;
-use ne_shared::table::FlowTable;
+use ne_policy::index::MergedEdge;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use server::{Session, TestHubble};

@@ -10,15 +10,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use ne_flow::edge::{Edge, Provider};
+use ne_flow::flow::{
+    Direction, Endpoint, EndpointId, Protocol, Timestamp, WorkloadKind, WorkloadRef,
+};
+use ne_flow::table::{EdgeKey, FlowTable};
 use ne_leader::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics};
 use ne_node_agent::metrics::AgentMetrics;
 use ne_node_agent::ship::{self, ShipConfig};
 use ne_node_agent::sources::SourceState;
-use ne_shared::edge::{Edge, Provider};
-use ne_shared::flow::{
-    Direction, Endpoint, EndpointId, Protocol, Timestamp, WorkloadKind, WorkloadRef,
-};
-use ne_shared::table::{EdgeKey, FlowTable};
 use tokio_stream::wrappers::TcpListenerStream;
 
 /// One leader replica: its index, its Lease flag and its server task.
@@ -292,7 +292,7 @@ async fn the_live_pipeline_proposes_what_offline_learn_proposes() {
     use ne_leader::cli::{InputArgs, InputFormat, LearnArgs, SummaryFormat};
     use ne_node_agent::sink::FlowSink;
     use ne_node_agent::sources::file::{self, FileSource};
-    use ne_shared::allowlist::LearnOptions;
+    use ne_policy::allowlist::LearnOptions;
 
     let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/flows");
     for name in ["hubble.jsonl", "goldmane.jsonl"] {
@@ -391,7 +391,7 @@ async fn an_entry_too_large_for_a_message_is_counted_not_lost_silently() {
     let mut model = Model::new();
     record(&table, &mut model, &edge(1, 1, 80), 1_000, 1);
     let mut huge = edge(2, 2, 80);
-    huge.peer = huge.peer.with_labels(ne_shared::flow::labels(
+    huge.peer = huge.peer.with_labels(ne_flow::flow::labels(
         (0..200).map(|i| (format!("label-{i}"), "x".repeat(40))),
     ));
     table.record(&huge, Timestamp(1_000), 1);

@@ -24,8 +24,8 @@ fn temp_dir(what: &str) -> PathBuf {
 
 /// The objects the cluster tests create in namespace `ns` (Deployments `api` and `web`, their
 /// ReplicaSets and Pods), as the leader's resolver sees them.
-fn e2e_cluster(ns: &str) -> ne_shared::resolve::ClusterSnapshot {
-    use ne_shared::resolve::{ClusterObjects, ClusterSnapshot};
+fn e2e_cluster(ns: &str) -> ne_policy::resolve::ClusterSnapshot {
+    use ne_policy::resolve::{ClusterObjects, ClusterSnapshot};
     let mut objects = ClusterObjects::default();
     let mut namespace = k8s_openapi::api::core::v1::Namespace::default();
     namespace.metadata.name = Some(ns.to_owned());
@@ -45,10 +45,10 @@ fn e2e_cluster(ns: &str) -> ne_shared::resolve::ClusterSnapshot {
 /// cluster tests create, teach the proposals those tests wait for.
 #[test]
 fn the_test_data_plane_teaches_what_the_cluster_tests_expect() {
-    use ne_shared::allowlist::LearnOptions;
-    use ne_shared::decode::{Format, decode_lines};
-    use ne_shared::edge::Provider;
-    use ne_shared::table::FlowTable;
+    use ne_dataplanes::{Format, decode_lines};
+    use ne_flow::edge::Provider;
+    use ne_flow::table::FlowTable;
+    use ne_policy::allowlist::LearnOptions;
 
     let ns = "ne-e2e-app-1";
     let snapshot = e2e_cluster(ns);
@@ -82,7 +82,7 @@ fn the_test_data_plane_teaches_what_the_cluster_tests_expect() {
         let merged: Vec<_> = table
             .snapshot()
             .into_iter()
-            .map(|e| ne_shared::index::MergedEdge {
+            .map(|e| ne_policy::index::MergedEdge {
                 edge: e.edge,
                 count: e.count,
                 first_seen: e.first_seen,
@@ -121,22 +121,22 @@ fn the_test_data_plane_teaches_what_the_cluster_tests_expect() {
 /// What an agent makes of data-plane `lines`: learned edges, denials and dry-run denials,
 /// each merged as the leader's index would hold them.
 fn agent_tables(
-    format: ne_shared::decode::Format,
-    provider: ne_shared::edge::Provider,
+    format: ne_dataplanes::Format,
+    provider: ne_flow::edge::Provider,
     lines: &str,
 ) -> (
-    Vec<ne_shared::index::MergedEdge>,
-    Vec<ne_shared::index::MergedEdge>,
-    Vec<ne_shared::index::MergedEdge>,
+    Vec<ne_policy::index::MergedEdge>,
+    Vec<ne_policy::index::MergedEdge>,
+    Vec<ne_policy::index::MergedEdge>,
 ) {
-    use ne_shared::edge::{derive_audit, derive_denial};
-    use ne_shared::table::FlowTable;
+    use ne_flow::edge::{derive_audit, derive_denial};
+    use ne_flow::table::FlowTable;
     let (edges, denials, audits) = (
         FlowTable::new(100),
         FlowTable::new(100),
         FlowTable::new(100),
     );
-    let stats = ne_shared::decode::decode_lines(format, lines.as_bytes(), |record| {
+    let stats = ne_dataplanes::decode_lines(format, lines.as_bytes(), |record| {
         let _ = edges.record_flow(&record, provider);
         let time = record.time.unwrap_or_default();
         if let Ok(edge) = derive_denial(&record) {
@@ -150,7 +150,7 @@ fn agent_tables(
     let merged = |t: FlowTable| {
         t.snapshot()
             .into_iter()
-            .map(|e| ne_shared::index::MergedEdge {
+            .map(|e| ne_policy::index::MergedEdge {
                 edge: e.edge,
                 count: e.count,
                 first_seen: e.first_seen,
@@ -163,9 +163,9 @@ fn agent_tables(
 
 /// The policy promoting the `api` ingress proposal learned from `learned`, in `mode`.
 fn promoted(
-    learned: &[ne_shared::index::MergedEdge],
-    snapshot: &ne_shared::resolve::ClusterSnapshot,
-    provider: ne_shared::edge::Provider,
+    learned: &[ne_policy::index::MergedEdge],
+    snapshot: &ne_policy::resolve::ClusterSnapshot,
+    provider: ne_flow::edge::Provider,
     ns: &str,
     mode: Mode,
 ) -> WorkloadNetworkPolicy {
@@ -173,7 +173,7 @@ fn promoted(
         learned,
         snapshot,
         provider,
-        &ne_shared::allowlist::LearnOptions::default(),
+        &ne_policy::allowlist::LearnOptions::default(),
     )
     .unwrap()
     .into_iter()
@@ -218,9 +218,9 @@ fn goldmane_denied(ns: &str, web: &str, api: &str, port: u16, reporter: &str) ->
 /// implementation's known failure: it attributed by selector).
 #[test]
 fn denials_of_every_provider_land_on_the_policy_of_the_side_that_saw_them() {
+    use ne_dataplanes::Format;
+    use ne_flow::edge::Provider;
     use ne_leader::violations::detect::{Traffic, detect};
-    use ne_shared::decode::Format;
-    use ne_shared::edge::Provider;
 
     let ns = "ne-e2e-app-1";
     let snapshot = e2e_cluster(ns);
@@ -348,10 +348,10 @@ fn denials_of_every_provider_land_on_the_policy_of_the_side_that_saw_them() {
 /// monitor record and the protect record it waits for.
 #[test]
 fn the_ztunnel_lines_make_the_violations_the_istio_cluster_test_expects() {
+    use ne_dataplanes::Format;
+    use ne_flow::edge::Provider;
     use ne_leader::violations::detect::{Traffic, detect};
     use ne_leader::violations::record::merge;
-    use ne_shared::decode::Format;
-    use ne_shared::edge::Provider;
 
     let ns = "ne-e2e-app-1";
     let snapshot = e2e_cluster(ns);
@@ -425,9 +425,9 @@ fn the_ztunnel_lines_make_the_violations_the_istio_cluster_test_expects() {
 /// monitor record for 9090, a protect record for the denied 7070, nothing for 8080).
 #[test]
 fn the_test_data_plane_makes_the_violations_the_cluster_test_expects() {
+    use ne_dataplanes::Format;
+    use ne_flow::edge::Provider;
     use ne_leader::violations::detect::{Traffic, detect};
-    use ne_shared::decode::Format;
-    use ne_shared::edge::Provider;
 
     let ns = "ne-e2e-app-1";
     let snapshot = e2e_cluster(ns);

@@ -23,6 +23,11 @@ use clap::Parser;
 use hdrhistogram::Histogram;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use ne_crds::{Backend, WorkloadNetworkPolicy};
+use ne_flow::edge::{Edge, Provider};
+use ne_flow::flow::{
+    Direction, Endpoint, EndpointId, Protocol, Timestamp, WorkloadKind, WorkloadRef, labels,
+};
+use ne_flow::table::FlowTable;
 use ne_leader::auth::Insecure;
 use ne_leader::controller::plan::{self, Action, Config, World};
 use ne_leader::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics};
@@ -30,12 +35,7 @@ use ne_leader::violations::detect::{Traffic, detect};
 use ne_node_agent::metrics::AgentMetrics;
 use ne_node_agent::ship::{self, ShipConfig};
 use ne_node_agent::sources::SourceState;
-use ne_shared::edge::{Edge, Provider};
-use ne_shared::flow::{
-    Direction, Endpoint, EndpointId, Protocol, Timestamp, WorkloadKind, WorkloadRef, labels,
-};
-use ne_shared::resolve::RecordOnly;
-use ne_shared::table::FlowTable;
+use ne_policy::resolve::RecordOnly;
 use serde_json::json;
 use tokio_stream::wrappers::TcpListenerStream;
 
@@ -52,10 +52,10 @@ struct Args {
     #[arg(long, default_value_t = 100.0)]
     rate: f64,
     /// The agent's and the leader's flush interval.
-    #[arg(long, default_value = "1s", value_parser = ne_shared::time::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = ne_flow::time::parse_duration)]
     flush_interval: Duration,
     /// How often the leader's index is read to see when a tuple arrived.
-    #[arg(long, default_value = "10ms", value_parser = ne_shared::time::parse_duration)]
+    #[arg(long, default_value = "10ms", value_parser = ne_flow::time::parse_duration)]
     probe_interval: Duration,
 }
 

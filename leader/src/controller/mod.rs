@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use ne_crds::Backend;
-use ne_shared::allowlist::{LearnOptions, backend_for};
-use ne_shared::edge::Provider;
-use ne_shared::resolve::ClusterSnapshot;
+use ne_flow::edge::Provider;
+use ne_policy::allowlist::{LearnOptions, backend_for};
+use ne_policy::resolve::ClusterSnapshot;
 use ne_telemetry::logs::LogSender;
 
 use crate::ingest::Leadership;
@@ -306,7 +306,7 @@ struct Unattributed {
 }
 
 impl Unattributed {
-    fn new(provider: ne_shared::edge::Provider, sender: LogSender) -> Self {
+    fn new(provider: ne_flow::edge::Provider, sender: LogSender) -> Self {
         Unattributed {
             provider: provider.as_str(),
             sender,
@@ -332,7 +332,7 @@ impl Unattributed {
                 metrics
                     .violation_events
                     .get_or_create(&metrics::EventLabel {
-                        event: ne_shared::otel_names::EVENT_VIOLATION_OBSERVED,
+                        event: ne_policy::otel_names::EVENT_VIOLATION_OBSERVED,
                     })
                     .inc();
             }
@@ -414,7 +414,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn unattributed_denials_are_counted_and_reported_once_per_growth() {
-        use ne_shared::otel_names as otel;
+        use ne_policy::otel_names as otel;
         let (collector, endpoint) = ne_telemetry::testing::Collector::serve().await;
         let env = |k: &str| (k == "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT").then(|| endpoint.clone());
         let config = ne_telemetry::logs::LogsConfig::from_env(env, "ne-leader", &[])
@@ -422,7 +422,7 @@ mod tests {
             .unwrap();
         let (sender, _task) = ne_telemetry::logs::start(config, otel::LOG_SCOPE, Arc::default());
         let metrics = metrics::ControllerMetrics::default();
-        let mut unattributed = Unattributed::new(ne_shared::edge::Provider::Calico, sender.clone());
+        let mut unattributed = Unattributed::new(ne_flow::edge::Provider::Calico, sender.clone());
         let denial = |count| Observation {
             source: ne_crds::WorkloadEndpointRef {
                 ip: Some("203.0.113.9".to_owned()),

@@ -8,9 +8,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use ne_crds::{Backend, WorkloadNetworkPolicy};
-use ne_shared::eval::peers::{Endpoints, unselected};
-use ne_shared::eval::{PolicyRef, validate};
-use ne_shared::resolve::ClusterSnapshot;
+use ne_policy::eval::peers::{Endpoints, unselected};
+use ne_policy::eval::{PolicyRef, validate};
+use ne_policy::resolve::ClusterSnapshot;
 
 use super::plan::RuleIssues;
 

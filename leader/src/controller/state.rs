@@ -23,7 +23,7 @@ use kube::{Api, Client, Resource};
 use ne_crds::{
     AuthorizationPolicy, TargetKind, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
 };
-use ne_shared::resolve::{ClusterObjects, ClusterSnapshot};
+use ne_policy::resolve::{ClusterObjects, ClusterSnapshot};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 

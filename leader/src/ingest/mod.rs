@@ -24,12 +24,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use ne_delta::Decoder;
 use ne_proto::ingest::ingest_server::Ingest;
 use ne_proto::ingest::{Ack, AgentMessage, LeaderMessage, Reject, agent_message, leader_message};
-use ne_shared::delta::Decoder;
 
 use crate::auth::Authenticator;
-use ne_shared::index::AgentId;
+use ne_policy::index::AgentId;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -232,7 +232,7 @@ impl<L: Leadership> Session<L> {
             self.metrics.batches_received.inc();
             self.metrics
                 .batch_bytes_received
-                .inc_by(ne_shared::delta::agent_message_len(&batch) as u64);
+                .inc_by(ne_delta::agent_message_len(&batch) as u64);
             if batch.sequence != expected {
                 let reason = format!(
                     "batch {} out of sequence, expected {expected}",

@@ -6,8 +6,8 @@
 //! denials and audit / dry-run denials (what protect- and monitor-mode violations are
 //! made of). They never mix: learning reads [`Merged::edges`] only.
 
-use ne_shared::delta::{DecodedBatch, EdgeClass};
-use ne_shared::index::{AgentId, ApplyStats, EdgeIndex, Hello, MergedEdge};
+use ne_delta::{DecodedBatch, EdgeClass};
+use ne_policy::index::{AgentId, ApplyStats, EdgeIndex, Hello, MergedEdge};
 use tokio::sync::{mpsc, oneshot};
 
 /// What the owner task does.
@@ -185,9 +185,9 @@ impl IndexHandle {
 
 #[cfg(test)]
 mod tests {
-    use ne_shared::edge::Edge;
-    use ne_shared::flow::{Direction, Endpoint, EndpointId, Protocol, Timestamp};
-    use ne_shared::table::EdgeSnapshot;
+    use ne_flow::edge::Edge;
+    use ne_flow::flow::{Direction, Endpoint, EndpointId, Protocol, Timestamp};
+    use ne_flow::table::EdgeSnapshot;
 
     use super::*;
 

@@ -3,7 +3,7 @@
 //! Flows are aggregated into edges exactly as for `learn`; each edge's subject is resolved
 //! to its workload and the policy for that workload and direction is found by its
 //! `targetRef` and `direction` (never by comparing selectors). The edge is then evaluated
-//! with real NetworkPolicy or Istio semantics ([`ne_shared::eval`]).
+//! with real NetworkPolicy or Istio semantics ([`ne_policy::eval`]).
 //!
 //! Two cases are not violations: flows a policy cannot restrict, and, for
 //! NetworkPolicy, ingress from the subject's own node (kubelet probes), which every
@@ -19,10 +19,10 @@ use ne_crds::{
     PolicyDirection, TargetKind, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
     WorkloadNetworkPolicySpec,
 };
-use ne_shared::eval::{self, Decision, PolicyRef};
-use ne_shared::flow::{Direction, EndpointId, Timestamp, WorkloadKind, WorkloadRef};
-use ne_shared::resolve::Resolution;
-use ne_shared::time::format_rfc3339;
+use ne_flow::flow::{Direction, EndpointId, Timestamp, WorkloadKind, WorkloadRef};
+use ne_flow::time::format_rfc3339;
+use ne_policy::eval::{self, Decision, PolicyRef};
+use ne_policy::resolve::Resolution;
 use serde::Serialize;
 
 use super::report::{self, Table};
@@ -358,7 +358,7 @@ fn direction_str(direction: PolicyDirection) -> &'static str {
 }
 
 /// A human name for an endpoint: its workload when resolved, else what the record says.
-fn describe(endpoint: &ne_shared::flow::Endpoint, res: &Resolution) -> String {
+fn describe(endpoint: &ne_flow::flow::Endpoint, res: &Resolution) -> String {
     let base = match (res, &endpoint.id) {
         (Resolution::Pod(p), _) if p.owner.is_some() => p
             .owner

@@ -6,9 +6,9 @@ use std::path::Path;
 
 use anyhow::Context;
 use ne_crds::WorkloadNetworkPolicyProposal;
-use ne_shared::allowlist::{self, AggregatedEdge, LearnOptions, LearnSummary, Proposal};
-use ne_shared::edge::Provider;
-use ne_shared::resolve::Resolver;
+use ne_flow::edge::Provider;
+use ne_policy::allowlist::{self, AggregatedEdge, LearnOptions, LearnSummary, Proposal};
+use ne_policy::resolve::Resolver;
 use serde::Serialize;
 
 use super::report::{self, Table};

@@ -13,10 +13,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use ne_shared::decode::{DecodeStats, DetectError, Format, decode_lines_strict};
-use ne_shared::edge::{EdgeSkip, Provider};
-use ne_shared::resolve::{ClusterSnapshot, RecordOnly, Resolver};
-use ne_shared::table::{EdgeSnapshot, FlowTable};
+use ne_dataplanes::{DecodeStats, DetectError, Format, decode_lines_strict};
+use ne_flow::edge::{EdgeSkip, Provider};
+use ne_flow::table::{EdgeSnapshot, FlowTable};
+use ne_policy::resolve::{ClusterSnapshot, RecordOnly, Resolver};
 use serde::Serialize;
 
 use crate::cli::{InputArgs, InputFormat};
@@ -134,7 +134,7 @@ fn decode_file(
     format: Format,
     bytes: &[u8],
     strict: bool,
-    on_record: impl FnMut(ne_shared::flow::FlowRecord),
+    on_record: impl FnMut(ne_flow::flow::FlowRecord),
 ) -> anyhow::Result<DecodeStats> {
     match decode_lines_strict(format, bytes, strict, on_record) {
         (stats, None) => Ok(stats),

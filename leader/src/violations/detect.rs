@@ -2,7 +2,7 @@
 //! policies they concern.
 //!
 //! - Monitor: every forwarded edge whose subject a `monitor`-mode policy covers is checked
-//!   with real NetworkPolicy or Istio semantics ([`ne_shared::eval`], exactly as
+//!   with real NetworkPolicy or Istio semantics ([`ne_policy::eval`], exactly as
 //!   `ne-leader check` does); what the policy would not allow is an observation. ztunnel's
 //!   dry-run deny lines (the dry-run AuthorizationPolicy of a monitored Istio workload)
 //!   are the same signal: their observation carries no port and joins the record the
@@ -18,11 +18,11 @@
 use std::collections::BTreeMap;
 
 use ne_crds::{Backend, Mode, PolicyDirection, WorkloadEndpointRef, WorkloadNetworkPolicy};
-use ne_shared::allowlist::kube_time;
-use ne_shared::eval::{self, Decision, PolicyRef};
-use ne_shared::flow::{Direction, Endpoint, EndpointId};
-use ne_shared::index::MergedEdge;
-use ne_shared::resolve::{Resolution, Resolver};
+use ne_flow::flow::{Direction, Endpoint, EndpointId};
+use ne_policy::allowlist::kube_time;
+use ne_policy::eval::{self, Decision, PolicyRef};
+use ne_policy::index::MergedEdge;
+use ne_policy::resolve::{Resolution, Resolver};
 
 use super::record::{Observation, UNKNOWN_PORT};
 use crate::offline::check::{TargetKey, subject_workload, target_key};

@@ -1,5 +1,5 @@
 //! The OpenTelemetry log events of violations (docs/architecture.md, "OpenTelemetry"): one
-//! attribute set for every provider, named in [`ne_shared::otel_names`].
+//! attribute set for every provider, named in [`ne_policy::otel_names`].
 //!
 //! Place in the data flow: the controller's writer turns the records a status write
 //! carried ([`crate::controller::plan::Action::ApplyViolations`]) into events once the
@@ -13,7 +13,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use ne_crds::{AcknowledgedViolation, Mode, PolicyDirection, ViolationRecord, WorkloadEndpointRef};
-use ne_shared::otel_names as names;
+use ne_policy::otel_names as names;
 use ne_telemetry::logs::{LogEvent, Severity, Value};
 
 use super::record::Observation;

@@ -209,12 +209,12 @@ mod detection {
     use std::net::{IpAddr, Ipv4Addr};
 
     use ne_crds::{Backend, Mode, PolicyDirection, WorkloadNetworkPolicy};
-    use ne_shared::edge::Edge;
-    use ne_shared::flow::{
+    use ne_flow::edge::Edge;
+    use ne_flow::flow::{
         Direction, Endpoint, EndpointId, Protocol, Timestamp, WorkloadKind, WorkloadRef, labels,
     };
-    use ne_shared::index::MergedEdge;
-    use ne_shared::resolve::RecordOnly;
+    use ne_policy::index::MergedEdge;
+    use ne_policy::resolve::RecordOnly;
     use serde_json::json;
 
     use crate::violations::detect::{Traffic, detect};

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use ne_shared::decode::{Format, LineDecoder, SkipReason};
+use ne_dataplanes::{Format, LineDecoder, SkipReason};
 
 use super::SourceState;
 use crate::sink::FlowSink;
@@ -95,7 +95,7 @@ mod tests {
     use std::io::Write;
     use std::sync::Arc;
 
-    use ne_shared::table::FlowTable;
+    use ne_flow::table::FlowTable;
 
     use super::*;
     use crate::metrics::{AgentMetrics, DropReason, ReasonLabel, SourceLabel};
@@ -112,7 +112,7 @@ mod tests {
             FlowSink::new(
                 table,
                 metrics.clone(),
-                ne_shared::edge::Provider::Cilium,
+                ne_flow::edge::Provider::Cilium,
                 "file",
             ),
             metrics,
@@ -154,7 +154,7 @@ mod tests {
         let d = &denials[0].edge;
         assert_eq!(
             (d.direction, d.port),
-            (ne_shared::flow::Direction::Ingress, 5432)
+            (ne_flow::flow::Direction::Ingress, 5432)
         );
         assert_eq!(d.subject.id.to_string(), "data/StatefulSet/postgres");
     }

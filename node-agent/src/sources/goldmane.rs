@@ -4,8 +4,8 @@
 //! aggregates the flow logs every Felix pushes to it and streams each completed 15 s
 //! window as one `FlowResult` per flow key. This source dials it with mTLS, asks for the
 //! flows from now on (`start_time_gte = 0`, no backfill), turns each `Flow` into a
-//! [`FlowRecord`](ne_shared::flow::FlowRecord) with
-//! [`ne_shared::decode::goldmane::record_from_parts`] — the constructor the JSON decoder of
+//! [`FlowRecord`](ne_flow::flow::FlowRecord) with
+//! [`ne_dataplanes::goldmane::record_from_parts`] — the constructor the JSON decoder of
 //! `ne-leader learn` uses too, so both read a flow alike — and hands it to the
 //! [`FlowSink`].
 //!
@@ -47,11 +47,11 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use ne_dataplanes::goldmane::{GoldmaneFlow, GoldmanePolicyHit, record_from_parts};
+use ne_dataplanes::{DecodeError, Decoded};
+use ne_flow::flow::{FlowRecord, Timestamp};
 use ne_proto::goldmane::flows_client::FlowsClient;
 use ne_proto::goldmane::{Flow, FlowResult, FlowStreamRequest};
-use ne_shared::decode::goldmane::{GoldmaneFlow, GoldmanePolicyHit, record_from_parts};
-use ne_shared::decode::{DecodeError, Decoded};
-use ne_shared::flow::{FlowRecord, Timestamp};
 use tonic::transport::{Channel, Endpoint};
 
 use super::SourceState;

@@ -37,9 +37,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use ne_dataplanes::hubble_pb::{HubbleDecoder, HubbleRecorded, LostEventSource};
 use ne_proto::flow::{EventTypeFilter, FlowFilter};
 use ne_proto::observer::GetFlowsRequest;
-use ne_shared::decode::hubble_pb::{HubbleDecoder, HubbleRecorded, LostEventSource};
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint, Uri};
 

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ne_shared::decode::{Format, LineDecoder, SkipReason};
+use ne_dataplanes::{Format, LineDecoder, SkipReason};
 
 use super::SourceState;
 use crate::metrics::{AgentMetrics, DropReason};
@@ -77,8 +77,8 @@ mod tests {
     use std::io::Write;
     use std::sync::Arc;
 
-    use ne_shared::edge::Provider;
-    use ne_shared::table::FlowTable;
+    use ne_flow::edge::Provider;
+    use ne_flow::table::FlowTable;
 
     use super::*;
     use crate::metrics::SourceLabel;
@@ -149,10 +149,10 @@ mod tests {
         // The same lines through the offline pipeline give the same edges.
         let offline = FlowTable::new(1000);
         let text: String = after.iter().map(|l| format!("{l}\n")).collect();
-        ne_shared::decode::decode_lines(Format::Ztunnel, text.as_bytes(), |r| {
+        ne_dataplanes::decode_lines(Format::Ztunnel, text.as_bytes(), |r| {
             let _ = offline.record_flow(&r, Provider::Istio);
         });
-        let key = |v: Vec<ne_shared::table::EdgeSnapshot>| {
+        let key = |v: Vec<ne_flow::table::EdgeSnapshot>| {
             let mut v: Vec<_> = v.into_iter().map(|s| (s.key(), s.count)).collect();
             v.sort();
             v
@@ -164,6 +164,6 @@ mod tests {
 
     fn decode_count(lines: &[&str]) -> u64 {
         let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
-        ne_shared::decode::decode_lines(Format::Ztunnel, text.as_bytes(), |_| {}).records
+        ne_dataplanes::decode_lines(Format::Ztunnel, text.as_bytes(), |_| {}).records
     }
 }

@@ -1,6 +1,6 @@
 //! Tails the ztunnel container's CRI log files on this node: the first step of the
 //! `--source ztunnel` data flow. Physical lines go from here to one
-//! [`ne_shared::decode::LineDecoder`] per [`StreamId`] (which joins CRI `P`/`F` pieces and
+//! [`ne_dataplanes::LineDecoder`] per [`StreamId`] (which joins CRI `P`/`F` pieces and
 //! decodes the access lines), then to the agent's `FlowTable`.
 //!
 //! # Files
@@ -91,7 +91,7 @@ pub const DEFAULT_CONTAINER: &str = "istio-proxy";
 pub const DEFAULT_POD_PREFIX: &str = "ztunnel";
 /// Default longest physical line: the longest line the CRI joiner accepts, since a longer
 /// physical line could not be decoded anyway.
-pub const DEFAULT_MAX_LINE: usize = ne_shared::decode::cri::MAX_JOINED_LEN;
+pub const DEFAULT_MAX_LINE: usize = ne_dataplanes::cri::MAX_JOINED_LEN;
 /// Default size of one positioned read.
 pub const DEFAULT_READ_CHUNK: usize = 64 * 1024;
 

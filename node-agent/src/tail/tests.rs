@@ -2,7 +2,7 @@
 
 use std::fs::{self, OpenOptions};
 
-use ne_shared::decode::{DecodeStats, Decoded, Format, LineDecoder, SkipReason, decode_lines};
+use ne_dataplanes::{DecodeStats, Decoded, Format, LineDecoder, SkipReason, decode_lines};
 
 use super::test_support::{Collected, TempRoot, append};
 use super::*;

@@ -2,16 +2,16 @@
 //! server would send, and the offline pipeline's result on the same file.
 //!
 //! The conversion covers every field the decoders read (the same ground as the walker's
-//! own equivalence test in `shared/src/decode/hubble_pb/tests.rs`); fields they ignore
+//! own equivalence test in `shared/dataplanes/src/hubble_pb/tests.rs`); fields they ignore
 //! (ethernet, summary, trace reason) are left out, as a subset server would.
 
+use ne_dataplanes::{Format, decode_lines};
+use ne_flow::edge::Provider;
+use ne_flow::table::{EdgeSnapshot, FlowTable};
 use ne_proto::flow::{self as pb, Endpoint, Flow, Ip, Layer4, LostEvent, Policy, Workload, layer4};
 use ne_proto::observer::GetFlowsResponse;
 use ne_proto::observer::get_flows_response::ResponseTypes;
 use ne_proto::prost_types::Timestamp;
-use ne_shared::decode::{Format, decode_lines};
-use ne_shared::edge::Provider;
-use ne_shared::table::{EdgeSnapshot, FlowTable};
 use serde_json::{Map, Value};
 
 type Obj = Map<String, Value>;
@@ -146,8 +146,8 @@ fn enumeration(o: &Obj, k: &str, by_name: fn(&str) -> Option<i32>) -> i32 {
 }
 
 fn time(o: &Obj, k: &str) -> Option<Timestamp> {
-    let t = ne_shared::time::parse_rfc3339(get(o, k)?.as_str()?).unwrap();
-    let (seconds, nanos) = ne_shared::time::split(t);
+    let t = ne_flow::time::parse_rfc3339(get(o, k)?.as_str()?).unwrap();
+    let (seconds, nanos) = ne_flow::time::split(t);
     Some(Timestamp {
         seconds,
         nanos: i32::try_from(nanos).unwrap(),

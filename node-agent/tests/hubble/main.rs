@@ -15,6 +15,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
+use ne_flow::edge::Provider;
+use ne_flow::table::{EdgeSnapshot, FlowTable};
 use ne_node_agent::metrics::{AgentMetrics, DropReason, ReasonLabel, SourceLabel};
 use ne_node_agent::sink::FlowSink;
 use ne_node_agent::sources::SourceState;
@@ -25,8 +27,6 @@ use ne_proto::flow::LostEventSource;
 use ne_proto::observer::GetFlowsResponse;
 use ne_proto::observer::get_flows_response::ResponseTypes;
 use ne_proto::relay::NodeStatusEvent;
-use ne_shared::edge::Provider;
-use ne_shared::table::{EdgeSnapshot, FlowTable};
 use rcgen::ExtendedKeyUsagePurpose;
 use tokio::task::JoinHandle;
 

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes};
 use ne_benches::{Config, Generator};
+use ne_flow::flow::Timestamp;
 use ne_proto::observer::{GetFlowsRequest, GetFlowsResponse};
 use ne_proto::prost::Message;
-use ne_shared::flow::Timestamp;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};

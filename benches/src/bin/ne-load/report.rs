@@ -2,7 +2,7 @@
 //! core, CPU and RSS of each process, bytes, latencies and API writes, then the ratios of
 //! the two designs measured in the same run.
 
-use ne_shared::flow::Timestamp;
+use ne_flow::flow::Timestamp;
 
 use crate::control::Latency;
 use crate::run::{LoadArgs, Measured, Mode, ModeResult};
@@ -16,7 +16,7 @@ pub fn header(args: &LoadArgs) {
     println!(
         "machine: {}; {}",
         crate::procfs::machine(),
-        ne_shared::time::format_rfc3339_nanos(now)
+        ne_flow::time::format_rfc3339_nanos(now)
     );
     let rate = if args.rate > 0.0 {
         format!("{} flows/s", args.rate)

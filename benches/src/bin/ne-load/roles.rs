@@ -25,6 +25,8 @@ use hdrhistogram::Histogram;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff;
 use ne_crds::WorkloadNetworkPolicyProposal;
+use ne_flow::edge::Provider;
+use ne_flow::table::{EdgeKey, FlowTable};
 use ne_leader::auth::Insecure;
 use ne_leader::controller::plan::{self, Action, Config, Workload, WorkloadKey, World};
 use ne_leader::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics};
@@ -35,10 +37,8 @@ use ne_node_agent::sources::SourceState;
 use ne_node_agent::sources::backoff::Backoff;
 use ne_node_agent::sources::hubble::{self, HubbleConfig, HubbleTarget};
 use ne_node_agent::sources::tls::TlsFiles;
-use ne_shared::allowlist::LearnOptions;
-use ne_shared::edge::Provider;
-use ne_shared::index::MergedEdge;
-use ne_shared::table::{EdgeKey, FlowTable};
+use ne_policy::allowlist::LearnOptions;
+use ne_policy::index::MergedEdge;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::control::{self, Command, Latency, Report, micros_histogram};
@@ -48,10 +48,10 @@ use crate::hubble::now_nanos;
 #[derive(Clone, Debug, clap::Args)]
 pub struct RoleArgs {
     /// Ship / render interval.
-    #[arg(long, default_value = "1s", value_parser = ne_shared::time::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = ne_flow::time::parse_duration)]
     pub flush_interval: Duration,
     /// How often the merged edges are read for new keys (flow → index latency).
-    #[arg(long, default_value = "100ms", value_parser = ne_shared::time::parse_duration)]
+    #[arg(long, default_value = "100ms", value_parser = ne_flow::time::parse_duration)]
     pub probe_interval: Duration,
     /// FlowTable / index capacity.
     #[arg(long, default_value_t = 1_000_000)]
@@ -177,7 +177,7 @@ impl Flusher {
             cluster: Vec::new(),
             workloads: BTreeMap::new(),
             config: Config {
-                backend: ne_shared::allowlist::backend_for(Provider::Cilium),
+                backend: ne_policy::allowlist::backend_for(Provider::Cilium),
                 excluded_namespaces: ["kube-system".to_owned()].into_iter().collect(),
                 stable_after: std::time::Duration::from_secs(600),
                 status_refresh: std::time::Duration::from_secs(60),

@@ -44,10 +44,10 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 10.0)]
     pub churn: f64,
     /// Measured window per mode.
-    #[arg(long, default_value = "20s", value_parser = ne_shared::time::parse_duration)]
+    #[arg(long, default_value = "20s", value_parser = ne_flow::time::parse_duration)]
     pub duration: Duration,
     /// Warm-up before the window (connections, snapshots).
-    #[arg(long, default_value = "4s", value_parser = ne_shared::time::parse_duration)]
+    #[arg(long, default_value = "4s", value_parser = ne_flow::time::parse_duration)]
     pub warmup: Duration,
     /// Workloads in the generated cluster.
     #[arg(long, default_value_t = 200)]

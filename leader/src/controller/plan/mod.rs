@@ -37,8 +37,8 @@ pub use merge::{merge_spec, merge_status};
 
 /// The label every object Network Enforcer writes carries.
 pub const MANAGED_BY: (&str, &str) = (
-    ne_shared::allowlist::MANAGED_BY_LABEL,
-    ne_shared::allowlist::MANAGED_BY_VALUE,
+    ne_policy::allowlist::MANAGED_BY_LABEL,
+    ne_policy::allowlist::MANAGED_BY_VALUE,
 );
 
 /// A workload in the cluster: what a proposal's owner reference and the identity checks need.

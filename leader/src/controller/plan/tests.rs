@@ -20,9 +20,9 @@ use ne_crds::{
     WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal, WorkloadNetworkPolicyProposalSpec,
     WorkloadNetworkPolicyProposalStatus, WorkloadNetworkPolicySpec, WorkloadNetworkPolicyStatus,
 };
-use ne_shared::allowlist::proposal_name;
-use ne_shared::flow::Direction;
-use ne_shared::flow::WorkloadKind;
+use ne_flow::flow::Direction;
+use ne_flow::flow::WorkloadKind;
+use ne_policy::allowlist::proposal_name;
 
 use super::*;
 

@@ -18,7 +18,7 @@ use ne_crds::{
     AcknowledgedViolation, AuthorizationPolicy, Mode, ViolationRecord, WorkloadNetworkPolicy,
     WorkloadNetworkPolicyProposal,
 };
-use ne_shared::edge::Provider;
+use ne_flow::edge::Provider;
 use ne_telemetry::logs::LogSender;
 use serde::Serialize;
 use serde::de::DeserializeOwned;

@@ -671,7 +671,7 @@ async fn exporter(provider: Provider) -> (ViolationEvents, LogSender, Collector)
         .unwrap()
         .unwrap();
     let (sender, _task) =
-        ne_telemetry::logs::start(config, ne_shared::otel_names::LOG_SCOPE, Arc::default());
+        ne_telemetry::logs::start(config, ne_policy::otel_names::LOG_SCOPE, Arc::default());
     (
         ViolationEvents::new(provider, sender.clone()),
         sender,
@@ -681,7 +681,7 @@ async fn exporter(provider: Provider) -> (ViolationEvents, LogSender, Collector)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_provider_reports_a_record_once_per_change_with_the_same_attributes() {
-    use ne_shared::otel_names as otel;
+    use ne_policy::otel_names as otel;
     for provider in [Provider::Cilium, Provider::Calico, Provider::Istio] {
         let (events, sender, collector) = exporter(provider).await;
         let metrics = Arc::new(ControllerMetrics::default());
@@ -763,7 +763,7 @@ async fn every_provider_reports_a_record_once_per_change_with_the_same_attribute
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acknowledgement_is_reported_once_after_its_status_write_succeeds() {
-    use ne_shared::otel_names as otel;
+    use ne_policy::otel_names as otel;
     let (events, sender, collector) = exporter(Provider::Cilium).await;
     let acknowledged = ne_crds::AcknowledgedViolation {
         violation: record(1, 3, Mode::Monitor, None),

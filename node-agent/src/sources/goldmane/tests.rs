@@ -8,14 +8,14 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ne_dataplanes::{Decoded, Format, decode_line, decode_lines};
+use ne_flow::edge::Provider;
+use ne_flow::flow::Verdict;
+use ne_flow::table::{EdgeSnapshot, FlowTable};
 use ne_proto::goldmane::flows_server::{Flows, FlowsServer};
 use ne_proto::goldmane::{
     Action, EndpointType, Flow, FlowKey, FlowResult, PolicyHit, PolicyTrace, Reporter,
 };
-use ne_shared::decode::{Decoded, Format, decode_line, decode_lines};
-use ne_shared::edge::Provider;
-use ne_shared::flow::Verdict;
-use ne_shared::table::{EdgeSnapshot, FlowTable};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,

@@ -169,11 +169,11 @@ async fn stops_while_waiting_for_a_server_that_is_not_there() {
         backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(8)),
     };
     let metrics = Arc::new(AgentMetrics::default());
-    let table = Arc::new(ne_shared::table::FlowTable::new(100));
+    let table = Arc::new(ne_flow::table::FlowTable::new(100));
     let sink = FlowSink::new(
         table,
         metrics.clone(),
-        ne_shared::edge::Provider::Cilium,
+        ne_flow::edge::Provider::Cilium,
         "hubble",
     );
     let state = SourceState::default();

@@ -1,0 +1,509 @@
+//! The leader side: [`Decoder`] turns one stream's batches back into flow table entries.
+//!
+//! Every batch is checked before anything of it is kept: sequence and table offsets,
+//! column lengths, indexes, enum codes, ports and address bytes. Additions are appended
+//! as the batch is read and taken back (with the rows' first_seen updates) when it turns
+//! out malformed, so an error leaves the decoder exactly as it was. Each stored edge keeps
+//! its [`EdgeClass`]; rows are handed back sorted by it ([`DecodedBatch`]).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ne_proto::ingest as pb;
+
+use super::codes;
+use super::{DecodedBatch, DeltaError, EdgeClass, Limits, Table, TableSizes};
+use ne_flow::edge::Edge;
+use ne_flow::flow::{
+    Direction, Endpoint, EndpointId, Labels, Protocol, Str, Timestamp, WorkloadRef,
+};
+use ne_flow::table::EdgeSnapshot;
+
+/// An edge of the stream's table, by its parts in the other tables.
+#[derive(Clone, Debug)]
+struct StoredEdge {
+    class: EdgeClass,
+    subject: u32,
+    peer: u32,
+    direction: Direction,
+    protocol: Protocol,
+    port: u16,
+    dns: Option<Str>,
+    serial: u64,
+    /// The first_seen of the edge's last row, the reference of its next one (none before
+    /// its first row).
+    first_seen: Option<i64>,
+}
+
+/// A batch's rows, by class.
+#[derive(Default)]
+struct Classes {
+    edges: Vec<EdgeSnapshot>,
+    denials: Vec<EdgeSnapshot>,
+    audits: Vec<EdgeSnapshot>,
+}
+
+/// Decodes the batches of one stream, in order, keeping the tables they build.
+///
+/// Create one per stream and feed it every batch the stream delivers; after an error,
+/// end the stream (the agent starts over on a new one, with a snapshot).
+#[derive(Debug, Default)]
+pub struct Decoder {
+    strings: Vec<Str>,
+    endpoints: Vec<Endpoint>,
+    edges: Vec<StoredEdge>,
+    /// The sequence the next batch must have (none before the first).
+    next_sequence: Option<u64>,
+    limits: Limits,
+}
+
+/// Reads a sparse column in step with the items that use it.
+struct Cursor<'a, T> {
+    column: &'static str,
+    items: &'a [T],
+    at: usize,
+}
+
+impl<'a, T: Copy> Cursor<'a, T> {
+    fn new(column: &'static str, items: &'a [T]) -> Self {
+        Cursor {
+            column,
+            items,
+            at: 0,
+        }
+    }
+
+    fn next(&mut self) -> Result<T, DeltaError> {
+        let item = self
+            .items
+            .get(self.at)
+            .copied()
+            .ok_or(DeltaError::ColumnShort {
+                column: self.column,
+            })?;
+        self.at += 1;
+        Ok(item)
+    }
+
+    fn left(&self) -> usize {
+        self.items.len() - self.at
+    }
+
+    fn finish(self) -> Result<(), DeltaError> {
+        match self.left() {
+            0 => Ok(()),
+            left => Err(DeltaError::ColumnLeftOver {
+                column: self.column,
+                left,
+            }),
+        }
+    }
+}
+
+/// Fails unless a dense column has one element per item.
+fn dense<T>(column: &'static str, items: &[T], expected: usize) -> Result<(), DeltaError> {
+    if items.len() == expected {
+        Ok(())
+    } else {
+        Err(DeltaError::ColumnLength {
+            column,
+            expected,
+            got: items.len(),
+        })
+    }
+}
+
+fn check_base(table: Table, base: u32, len: usize) -> Result<(), DeltaError> {
+    if base as usize == len {
+        Ok(())
+    } else {
+        Err(DeltaError::OutOfStep {
+            table,
+            expected: len as u64,
+            got: u64::from(base),
+        })
+    }
+}
+
+fn check_room(table: Table, len: usize, adding: usize, limit: usize) -> Result<(), DeltaError> {
+    if adding <= limit.saturating_sub(len) {
+        Ok(())
+    } else {
+        Err(DeltaError::TableFull { table, limit })
+    }
+}
+
+fn out_of_range(table: Table, index: impl Into<i128>, len: usize) -> DeltaError {
+    DeltaError::IndexOutOfRange {
+        table,
+        index: index.into(),
+        len,
+    }
+}
+
+/// Reads an address of `form` (IPV4 or IPV6 only) from `bytes`.
+fn read_ip(column: &'static str, form: i32, bytes: &mut &[u8]) -> Result<IpAddr, DeltaError> {
+    let short = DeltaError::ColumnShort {
+        column: "addresses",
+    };
+    match pb::AddressForm::try_from(form) {
+        Ok(pb::AddressForm::Ipv4) => {
+            let (head, rest) = bytes.split_first_chunk::<4>().ok_or(short)?;
+            *bytes = rest;
+            Ok(IpAddr::V4(Ipv4Addr::from(*head)))
+        }
+        Ok(pb::AddressForm::Ipv6) => {
+            let (head, rest) = bytes.split_first_chunk::<16>().ok_or(short)?;
+            *bytes = rest;
+            Ok(IpAddr::V6(Ipv6Addr::from(*head)))
+        }
+        _ => Err(DeltaError::BadValue {
+            column,
+            value: i64::from(form),
+        }),
+    }
+}
+
+impl Decoder {
+    /// A decoder for a new stream, with the default [`Limits`].
+    pub fn new() -> Self {
+        Decoder::with_limits(Limits::default())
+    }
+
+    /// A decoder for a new stream that rejects batches growing a table beyond `limits`
+    /// (clamped to [`Limits::MAX`]).
+    pub fn with_limits(limits: Limits) -> Self {
+        Decoder {
+            limits: limits.clamped(),
+            ..Decoder::default()
+        }
+    }
+
+    /// How many entries each table holds.
+    pub fn table_sizes(&self) -> TableSizes {
+        TableSizes {
+            strings: self.strings.len(),
+            endpoints: self.endpoints.len(),
+            edges: self.edges.len(),
+        }
+    }
+
+    /// Decodes the stream's next batch into its entries, in the order the agent sent
+    /// them. On error nothing changes: not the tables, not the expected sequence.
+    pub fn decode(&mut self, batch: &pb::Batch) -> Result<DecodedBatch, DeltaError> {
+        let expected = self.next_sequence.unwrap_or(1);
+        let in_order = match self.next_sequence {
+            Some(next) => batch.sequence == next,
+            None => batch.sequence != 0,
+        };
+        if !in_order {
+            return Err(DeltaError::Sequence {
+                expected,
+                got: batch.sequence,
+            });
+        }
+        if batch.snapshot_end && !batch.snapshot {
+            return Err(DeltaError::SnapshotFlags);
+        }
+        let saved = batch.reset.then(|| {
+            (
+                std::mem::take(&mut self.strings),
+                std::mem::take(&mut self.endpoints),
+                std::mem::take(&mut self.edges),
+            )
+        });
+        let marks = self.table_sizes();
+        let mut undo = Vec::new();
+        match self.apply(batch, &mut undo) {
+            Ok(Classes {
+                edges,
+                denials,
+                audits,
+            }) => {
+                self.next_sequence = Some(batch.sequence.wrapping_add(1));
+                Ok(DecodedBatch {
+                    sequence: batch.sequence,
+                    snapshot: batch.snapshot,
+                    snapshot_end: batch.snapshot_end,
+                    reset: batch.reset,
+                    edges,
+                    denials,
+                    audits,
+                })
+            }
+            Err(error) => {
+                for (index, first_seen) in undo.into_iter().rev() {
+                    if let Some(edge) = self.edges.get_mut(index) {
+                        edge.first_seen = first_seen;
+                    }
+                }
+                self.strings.truncate(marks.strings);
+                self.endpoints.truncate(marks.endpoints);
+                self.edges.truncate(marks.edges);
+                if let Some((strings, endpoints, edges)) = saved {
+                    (self.strings, self.endpoints, self.edges) = (strings, endpoints, edges);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Appends the batch's additions and reads its rows; `undo` collects each row's
+    /// previous first_seen reference.
+    fn apply(
+        &mut self,
+        batch: &pb::Batch,
+        undo: &mut Vec<(usize, Option<i64>)>,
+    ) -> Result<Classes, DeltaError> {
+        check_base(Table::Strings, batch.strings_base, self.strings.len())?;
+        check_base(Table::Endpoints, batch.endpoints_base, self.endpoints.len())?;
+        check_base(Table::Edges, batch.edges_base, self.edges.len())?;
+        let limits = self.limits;
+        check_room(
+            Table::Strings,
+            self.strings.len(),
+            batch.strings.len(),
+            limits.strings,
+        )?;
+        self.strings
+            .extend(batch.strings.iter().map(|s| Str::from(s.as_str())));
+        if let Some(endpoints) = &batch.endpoints {
+            let adding = endpoints.kind.len();
+            check_room(
+                Table::Endpoints,
+                self.endpoints.len(),
+                adding,
+                limits.endpoints,
+            )?;
+            self.add_endpoints(endpoints)?;
+        }
+        if let Some(edges) = &batch.edges {
+            check_room(
+                Table::Edges,
+                self.edges.len(),
+                edges.subject.len(),
+                limits.edges,
+            )?;
+            self.add_edges(edges)?;
+        }
+        match &batch.rows {
+            Some(rows) => self.read_rows(rows, undo),
+            None => Ok(Classes::default()),
+        }
+    }
+
+    fn string(&self, index: u32) -> Result<Str, DeltaError> {
+        self.strings
+            .get(index as usize)
+            .cloned()
+            .ok_or_else(|| out_of_range(Table::Strings, index, self.strings.len()))
+    }
+
+    /// A string reference stored as index + 1, 0 for none.
+    fn optional_string(&self, reference: u32) -> Result<Option<Str>, DeltaError> {
+        match reference.checked_sub(1) {
+            Some(index) => self.string(index).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn add_endpoints(&mut self, c: &pb::Endpoints) -> Result<(), DeltaError> {
+        let n = c.kind.len();
+        dense("address", &c.address, n)?;
+        dense("label_count", &c.label_count, n)?;
+        dense("identity", &c.identity, n)?;
+        let mut namespaces = Cursor::new("namespace", &c.namespace);
+        let mut names = Cursor::new("name", &c.name);
+        let mut workload_kinds = Cursor::new("workload_kind", &c.workload_kind);
+        let mut reserved = Cursor::new("reserved", &c.reserved);
+        let mut external = Cursor::new("external_address", &c.external_address);
+        let mut keys = Cursor::new("label_key", &c.label_key);
+        let mut values = Cursor::new("label_value", &c.label_value);
+        let mut bytes = c.addresses.as_slice();
+        for i in 0..n {
+            let kind = c.kind[i];
+            let id = match pb::EndpointKind::try_from(kind) {
+                Ok(pb::EndpointKind::Workload) => {
+                    let namespace = self.string(namespaces.next()?)?;
+                    let name = self.string(names.next()?)?;
+                    let kind = codes::workload_kind(workload_kinds.next()?)?;
+                    EndpointId::Workload(WorkloadRef {
+                        namespace,
+                        kind,
+                        name,
+                    })
+                }
+                Ok(pb::EndpointKind::Pod) => EndpointId::Pod {
+                    namespace: self.string(namespaces.next()?)?,
+                    name: self.string(names.next()?)?,
+                },
+                Ok(pb::EndpointKind::PodGroup) => EndpointId::PodGroup {
+                    namespace: self.string(namespaces.next()?)?,
+                    prefix: self.string(names.next()?)?,
+                },
+                Ok(pb::EndpointKind::External) => {
+                    EndpointId::External(read_ip("external_address", external.next()?, &mut bytes)?)
+                }
+                Ok(pb::EndpointKind::Reserved) => {
+                    EndpointId::Reserved(codes::reserved(reserved.next()?)?)
+                }
+                Ok(pb::EndpointKind::Unspecified) | Err(_) => {
+                    return Err(DeltaError::BadValue {
+                        column: "kind",
+                        value: i64::from(kind),
+                    });
+                }
+            };
+            let form = c.address[i];
+            let ip = match (pb::AddressForm::try_from(form), &id) {
+                (Ok(pb::AddressForm::None), _) => None,
+                (Ok(pb::AddressForm::SameAsExternal), EndpointId::External(own)) => Some(*own),
+                _ => Some(read_ip("address", form, &mut bytes)?),
+            };
+            let count = c.label_count[i] as usize;
+            // Never trust a count for an allocation: the key column bounds it.
+            let mut labels = Vec::with_capacity(count.min(keys.left()));
+            for _ in 0..count {
+                let key = self.string(keys.next()?)?;
+                let value = self.string(values.next()?)?;
+                labels.push((key, value));
+            }
+            let identity = self.optional_string(c.identity[i])?;
+            self.endpoints.push(Endpoint {
+                id,
+                ip,
+                labels: Labels::from(labels),
+                identity,
+            });
+        }
+        for cursor in [namespaces, names, keys, values] {
+            cursor.finish()?;
+        }
+        for cursor in [workload_kinds, reserved, external] {
+            cursor.finish()?;
+        }
+        match bytes.len() {
+            0 => Ok(()),
+            left => Err(DeltaError::ColumnLeftOver {
+                column: "addresses",
+                left,
+            }),
+        }
+    }
+
+    fn add_edges(&mut self, c: &pb::Edges) -> Result<(), DeltaError> {
+        let n = c.subject.len();
+        dense("peer", &c.peer, n)?;
+        dense("direction", &c.direction, n)?;
+        dense("protocol", &c.protocol, n)?;
+        dense("port", &c.port, n)?;
+        dense("peer_dns", &c.peer_dns, n)?;
+        dense("serial", &c.serial, n)?;
+        dense("verdict", &c.verdict, c.verdict_position.len())?;
+        let endpoints = self.endpoints.len();
+        // The sparse verdicts, in step with the edges: `listed` is the next one.
+        let mut listed = 0usize;
+        for i in 0..n {
+            let class = match c.verdict_position.get(listed) {
+                Some(&at) if at as usize == i => {
+                    listed += 1;
+                    let class = codes::listed_edge_class(c.verdict[listed - 1])?;
+                    if let Some(&next) = c.verdict_position.get(listed)
+                        && next <= at
+                    {
+                        return Err(DeltaError::BadValue {
+                            column: "verdict_position",
+                            value: i64::from(next),
+                        });
+                    }
+                    class
+                }
+                _ => EdgeClass::Learned,
+            };
+            let (subject, peer) = (c.subject[i], c.peer[i]);
+            for index in [subject, peer] {
+                if index as usize >= endpoints {
+                    return Err(out_of_range(Table::Endpoints, index, endpoints));
+                }
+            }
+            let port = u16::try_from(c.port[i]).map_err(|_| DeltaError::BadValue {
+                column: "port",
+                value: i64::from(c.port[i]),
+            })?;
+            let edge = StoredEdge {
+                class,
+                subject,
+                peer,
+                direction: codes::direction(c.direction[i])?,
+                protocol: codes::protocol(c.protocol[i])?,
+                port,
+                dns: self.optional_string(c.peer_dns[i])?,
+                serial: c.serial[i],
+                first_seen: None,
+            };
+            self.edges.push(edge);
+        }
+        match c.verdict_position.len() - listed {
+            0 => Ok(()),
+            // Positions past the batch's edges (or out of order before them).
+            left => Err(DeltaError::ColumnLeftOver {
+                column: "verdict_position",
+                left,
+            }),
+        }
+    }
+
+    fn read_rows(
+        &mut self,
+        c: &pb::Rows,
+        undo: &mut Vec<(usize, Option<i64>)>,
+    ) -> Result<Classes, DeltaError> {
+        let n = c.edge.len();
+        dense("count", &c.count, n)?;
+        dense("last_seen", &c.last_seen, n)?;
+        dense("first_seen", &c.first_seen, n)?;
+        let mut out = Classes {
+            edges: Vec::with_capacity(n),
+            ..Classes::default()
+        };
+        let mut prev: i64 = -1;
+        for i in 0..n {
+            let index = i128::from(prev) + i128::from(c.edge[i]);
+            let stored = usize::try_from(index)
+                .ok()
+                .and_then(|at| self.edges.get_mut(at).map(|edge| (at, edge)));
+            let Some((at, edge)) = stored else {
+                return Err(out_of_range(Table::Edges, index, self.edges.len()));
+            };
+            // `at` is a valid index of a Vec, so it fits an i64.
+            prev = at as i64;
+            let last_seen = c.time_base.wrapping_add(c.last_seen[i]);
+            let reference = edge.first_seen.unwrap_or(last_seen);
+            let first_seen = reference.wrapping_add(c.first_seen[i]);
+            undo.push((at, edge.first_seen));
+            edge.first_seen = Some(first_seen);
+            // Stored edges refer to endpoints that existed when they were added, and tables
+            // only shrink all together (reset) or by a failed batch's own additions.
+            let edge = &self.edges[at];
+            let class = match edge.class {
+                EdgeClass::Learned => &mut out.edges,
+                EdgeClass::Denied => &mut out.denials,
+                EdgeClass::Audit => &mut out.audits,
+            };
+            class.push(EdgeSnapshot {
+                edge: Edge {
+                    subject: self.endpoints[edge.subject as usize].clone(),
+                    direction: edge.direction,
+                    peer: self.endpoints[edge.peer as usize].clone(),
+                    protocol: edge.protocol,
+                    port: edge.port,
+                    peer_dns: edge.dns.clone(),
+                },
+                count: c.count[i],
+                first_seen: Timestamp(first_seen),
+                last_seen: Timestamp(last_seen),
+                serial: edge.serial,
+            });
+        }
+        Ok(out)
+    }
+}

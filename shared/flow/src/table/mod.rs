@@ -1,0 +1,315 @@
+//! The agent's pre-aggregation map (docs/architecture.md, "The agent" and "Agent ↔ leader
+//! protocol").
+//!
+//! Decoded flows become [`Edge`]s; the agent records each one here, keyed by [`EdgeKey`],
+//! so that a million flows over the same few thousand edges cost a few thousand entries.
+//! The shipper periodically calls [`FlowTable::drain_dirty`] to send only the entries that
+//! changed since the last send, [`FlowTable::snapshot`] for a new or reconnecting stream,
+//! and [`FlowTable::expire_idle`] to forget entries that were shipped and went quiet.
+//!
+//! Concurrency: a [`DashMap`] sharded by key hash. Recording an edge that is already known
+//! takes only a shard *read* lock and updates atomics, and never clones the edge. A new key
+//! takes the shard write lock once. Memory is bounded: past `capacity` entries new keys are
+//! dropped and counted, never blocking the source.
+//!
+//! Counts and times are totals since the entry was inserted, not deltas: re-sending an
+//! entry is idempotent for the receiver.
+
+mod key;
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
+use foldhash::fast::RandomState;
+use serde::{Deserialize, Serialize};
+
+use crate::edge::{self, Edge, EdgeSkip, Provider};
+use crate::flow::{FlowRecord, Timestamp};
+
+pub use key::{EdgeKey, EdgeKeyRef};
+pub use key::{EdgeView, KeyView};
+
+/// What [`FlowTable::record`] did with an edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RecordOutcome {
+    /// A new entry was created.
+    Inserted,
+    /// An existing entry's statistics were updated.
+    Updated,
+    /// The key is new and the table is full: nothing was stored (counted in
+    /// [`FlowTable::dropped`]).
+    Dropped,
+}
+
+/// One entry as read out of the table: the first edge seen for its key and the totals.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EdgeSnapshot {
+    /// The first edge recorded under this key (its labels, addresses and DNS name).
+    pub edge: Edge,
+    /// Connections recorded since the entry was inserted.
+    pub count: u64,
+    /// Earliest observation time recorded.
+    pub first_seen: Timestamp,
+    /// Latest observation time recorded.
+    pub last_seen: Timestamp,
+    /// The entry's incarnation: a table-wide number, increasing, given when the entry was
+    /// inserted. An entry expired and inserted again gets a new one, so a receiver can
+    /// tell a count that restarted from a count it has already seen.
+    pub serial: u64,
+}
+
+impl EdgeSnapshot {
+    /// The key this entry is stored under.
+    pub fn key(&self) -> EdgeKey {
+        EdgeKey::of(&self.edge)
+    }
+}
+
+/// The per-entry statistics, updated without the shard write lock.
+#[derive(Debug)]
+struct Stats {
+    /// The entry's incarnation ([`EdgeSnapshot::serial`]).
+    serial: u64,
+    count: AtomicU64,
+    first_seen: AtomicI64,
+    last_seen: AtomicI64,
+    /// Set after every update, cleared by [`FlowTable::drain_dirty`] before it reads the
+    /// other fields.
+    dirty: AtomicBool,
+}
+
+impl Stats {
+    fn new(serial: u64, time: Timestamp, count: u64) -> Self {
+        Stats {
+            serial,
+            count: AtomicU64::new(count),
+            first_seen: AtomicI64::new(time.0),
+            last_seen: AtomicI64::new(time.0),
+            dirty: AtomicBool::new(true),
+        }
+    }
+
+    fn add(&self, time: Timestamp, count: u64) {
+        // Times first: the count update below publishes them (see `drain_dirty`). In steady
+        // state times only grow, so `first_seen` usually needs no write.
+        if time.0 < self.first_seen.load(Ordering::Relaxed) {
+            self.first_seen.fetch_min(time.0, Ordering::Relaxed);
+        }
+        if time.0 > self.last_seen.load(Ordering::Relaxed) {
+            self.last_seen.fetch_max(time.0, Ordering::Relaxed);
+        }
+        if count <= u64::from(u32::MAX) {
+            // Cannot realistically wrap: it would take 2^32 records of 2^32 each.
+            self.count.fetch_add(count, Ordering::SeqCst);
+        } else {
+            // Rare huge aggregate: saturate instead of wrapping.
+            let _ = self
+                .count
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| {
+                    Some(c.saturating_add(count))
+                });
+        }
+        // Skip the write when the flag is already set (the hot case between two drains).
+        // Sound because the count update, this load and the drainer's swap and count load
+        // are all SeqCst: if this load still sees `true` although a drain cleared it, the
+        // drain came later in the single total order, and its count load sees this update.
+        if !self.dirty.load(Ordering::SeqCst) {
+            self.dirty.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Reads the statistics: the count first (SeqCst, it publishes the times), then the
+    /// times.
+    fn read(&self, edge: &Edge) -> EdgeSnapshot {
+        EdgeSnapshot {
+            serial: self.serial,
+            edge: edge.clone(),
+            count: self.count.load(Ordering::SeqCst),
+            first_seen: Timestamp(self.first_seen.load(Ordering::Relaxed)),
+            last_seen: Timestamp(self.last_seen.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Slot {
+    edge: Edge,
+    stats: Stats,
+}
+
+/// The concurrent, bounded edge aggregator. All methods take `&self`; share it with an
+/// `Arc`.
+///
+/// Hasher: [`foldhash::fast::RandomState`], seeded per process. Keys carry addresses and
+/// names that remote parties influence (external IPs), so a fixed, public seed would let
+/// them precompute colliding keys for a shard; nothing depends on iteration order (callers
+/// sort what they need sorted), so determinism buys nothing here.
+#[derive(Debug)]
+pub struct FlowTable {
+    map: DashMap<EdgeKey, Slot, RandomState>,
+    capacity: usize,
+    /// Entries stored or reserved; the capacity check reserves here under the shard write
+    /// lock, so the bound holds exactly under concurrency.
+    len: AtomicUsize,
+    dropped: AtomicU64,
+    /// The last serial given to an entry.
+    serials: AtomicU64,
+}
+
+/// Up to this many entries are allocated up front; the map grows beyond as needed.
+const PREALLOCATE_MAX: usize = 1 << 14;
+
+impl FlowTable {
+    /// An empty table that holds at most `capacity` distinct edges.
+    pub fn new(capacity: usize) -> Self {
+        FlowTable {
+            map: DashMap::with_capacity_and_hasher(
+                capacity.min(PREALLOCATE_MAX),
+                RandomState::default(),
+            ),
+            capacity,
+            len: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
+            serials: AtomicU64::new(0),
+        }
+    }
+
+    /// Records `count` connections of `edge` observed at `time`.
+    ///
+    /// An existing key is updated under a shard read lock with atomics only; a new key is
+    /// inserted (cloning `edge` once) unless the table is full, in which case the edge is
+    /// dropped and counted.
+    pub fn record(&self, edge: &Edge, time: Timestamp, count: u64) -> RecordOutcome {
+        let view: &dyn KeyView = &EdgeView(edge);
+        if let Some(slot) = self.map.get(view) {
+            slot.stats.add(time, count);
+            return RecordOutcome::Updated;
+        }
+        match self.map.entry(EdgeKey::of(edge)) {
+            // Another thread inserted it between our lookup and the write lock.
+            Entry::Occupied(slot) => {
+                slot.get().stats.add(time, count);
+                RecordOutcome::Updated
+            }
+            Entry::Vacant(vacant) => {
+                let reserved = self
+                    .len
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                        (n < self.capacity).then_some(n + 1)
+                    });
+                if reserved.is_err() {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    return RecordOutcome::Dropped;
+                }
+                vacant.insert(Slot {
+                    edge: edge.clone(),
+                    stats: Stats::new(
+                        self.serials.fetch_add(1, Ordering::Relaxed) + 1,
+                        time,
+                        count,
+                    ),
+                });
+                RecordOutcome::Inserted
+            }
+        }
+    }
+
+    /// Records `count` connections under `key` observed at `time`, building the edge with
+    /// `make_edge` only when the key is not in the table yet (the hot path for a record
+    /// still in its input bytes: a known edge costs no allocation). `make_edge` must
+    /// return an edge whose key equals `key`.
+    pub fn record_by_key<E>(
+        &self,
+        key: &EdgeKeyRef<'_>,
+        time: Timestamp,
+        count: u64,
+        make_edge: impl FnOnce() -> Result<Edge, E>,
+    ) -> Result<RecordOutcome, E> {
+        let view: &dyn KeyView = key;
+        if let Some(slot) = self.map.get(view) {
+            slot.stats.add(time, count);
+            return Ok(RecordOutcome::Updated);
+        }
+        let edge = make_edge()?;
+        debug_assert!(EdgeKey::of(&edge).view_eq(key));
+        Ok(self.record(&edge, time, count))
+    }
+
+    /// Derives the edge `flow` teaches under `provider`'s rules and records it, with
+    /// `flow.connections` as the count and `flow.time` (or 0 when unknown) as the time.
+    pub fn record_flow(
+        &self,
+        flow: &FlowRecord,
+        provider: Provider,
+    ) -> Result<RecordOutcome, EdgeSkip> {
+        let edge = edge::derive(flow, provider)?;
+        Ok(self.record(&edge, flow.time.unwrap_or_default(), flow.connections))
+    }
+
+    /// Number of distinct edges held.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    /// Whether the table holds no edge.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The maximum number of distinct edges.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// New edges dropped because the table was full, since creation.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// The entries changed since the previous drain, in no particular order; their dirty
+    /// flags are cleared.
+    ///
+    /// No concurrent update is lost: the flag is cleared (with a swap) *before* the
+    /// statistics are read, so an update either is visible in what this drain returns or
+    /// sets the flag again after the swap and shows up in the next drain. (The flag, the
+    /// swap and the count are SeqCst; see `Stats::add`.)
+    pub fn drain_dirty(&self) -> Vec<EdgeSnapshot> {
+        let mut out = Vec::new();
+        for slot in self.map.iter() {
+            if slot.stats.dirty.swap(false, Ordering::SeqCst) {
+                out.push(slot.stats.read(&slot.edge));
+            }
+        }
+        out
+    }
+
+    /// Every entry, in no particular order, leaving dirty flags as they are (for a new or
+    /// reconnecting stream).
+    pub fn snapshot(&self) -> Vec<EdgeSnapshot> {
+        self.map
+            .iter()
+            .map(|slot| slot.stats.read(&slot.edge))
+            .collect()
+    }
+
+    /// Removes the entries that were drained since their last update (not dirty) and were
+    /// last seen before `older_than`; returns how many were removed.
+    ///
+    /// Each shard is checked under its write lock, so an entry updated concurrently is
+    /// either seen dirty (and kept) or updated after its removal (and re-inserted).
+    pub fn expire_idle(&self, older_than: Timestamp) -> usize {
+        let mut removed = 0;
+        self.map.retain(|_, slot| {
+            let idle =
+                !*slot.stats.dirty.get_mut() && *slot.stats.last_seen.get_mut() < older_than.0;
+            removed += usize::from(idle);
+            !idle
+        });
+        self.len.fetch_sub(removed, Ordering::AcqRel);
+        removed
+    }
+}
+
+#[cfg(test)]
+mod tests;
