@@ -5,6 +5,7 @@
 //! [`offline::learn`] and [`offline::check`] run the same learning and policy logic on
 //! captured flows.
 
+pub mod attribution;
 pub mod auth;
 pub mod cli;
 pub mod controller;

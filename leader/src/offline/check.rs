@@ -19,14 +19,17 @@ use ne_crds::{
     PolicyDirection, TargetKind, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
     WorkloadNetworkPolicySpec,
 };
-use ne_flow::flow::{Direction, EndpointId, Timestamp, WorkloadKind, WorkloadRef};
+use ne_flow::flow::{Direction, EndpointId, Timestamp};
 use ne_flow::time::format_rfc3339;
-use ne_policy::eval::{self, Decision, PolicyRef};
+use ne_policy::eval::{Decision, PolicyRef};
 use ne_policy::resolve::Resolution;
 use serde::Serialize;
 
 use super::report::{self, Table};
 use super::{FileReport, ingest, resolver};
+use crate::attribution::{
+    Target, TargetKey, Targeted, Targets, decide, subject_workload, workload_key,
+};
 use crate::cli::{CheckArgs, SummaryFormat};
 
 /// A policy read from a file: a wnp, or a proposal checked as if promoted to monitor.
@@ -92,31 +95,39 @@ pub struct IdlePolicy {
     pub workload_seen: bool,
 }
 
-pub(crate) type TargetKey = (String, TargetKind, String, PolicyDirection);
+impl Targeted for LoadedPolicy {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn spec(&self) -> PolicyRef<'_> {
+        PolicyRef::from(&self.spec)
+    }
+
+    fn target(&self) -> TargetKey {
+        (
+            self.namespace.clone(),
+            self.spec.target_ref.kind,
+            self.spec.target_ref.name.clone(),
+            self.spec.direction,
+        )
+    }
+}
 
 /// Evaluates the inputs against the policies. Pure apart from reading files.
 pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
     let policies = load_policies(&args.policy)?;
-    let mut index: BTreeMap<TargetKey, &LoadedPolicy> = BTreeMap::new();
-    for p in &policies {
-        let key = (
-            p.namespace.clone(),
-            p.spec.target_ref.kind,
-            p.spec.target_ref.name.clone(),
-            p.spec.direction,
-        );
-        if let Some(other) = index.insert(key, p) {
-            bail!(
-                "{}/{} ({}) and {}/{} ({}) target the same workload and direction",
-                other.namespace,
-                other.name,
-                other.file.display(),
-                p.namespace,
-                p.name,
-                p.file.display()
-            );
-        }
-    }
+    let index = Targets::new(&policies).map_err(|(other, p)| {
+        anyhow::anyhow!(
+            "{}/{} ({}) and {}/{} ({}) target the same workload and direction",
+            other.namespace,
+            other.name,
+            other.file.display(),
+            p.namespace,
+            p.name,
+            p.file.display()
+        )
+    })?;
     let ingested = ingest(&args.input)?;
     let resolver = resolver(args.input.cluster.as_deref())?;
     let mut found: BTreeMap<(String, String, String, &'static str, u16, &'static str), Violation> =
@@ -128,27 +139,32 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
     let mut used: BTreeSet<TargetKey> = BTreeSet::new();
     for snap in &ingested.edges {
         let edge = &snap.edge;
-        let subject = resolver.resolve(&edge.subject);
+        let (subject, target) = index.attribute(edge, resolver.as_ref());
         let peer = resolver.resolve(&edge.peer);
         if let Some(owner) = subject_workload(&peer) {
             seen.insert(workload_key(owner));
         }
-        let Some(owner) = subject_workload(&subject) else {
-            unattributed_flows += snap.count;
-            if !matches!(&subject, Resolution::Pod(p) if p.owner.is_some()) {
-                unresolved_subject_flows += snap.count;
+        if let Some(owner) = subject_workload(&subject) {
+            seen.insert(workload_key(owner));
+        }
+        let policy = match target {
+            Target::NotASubject => {
+                unattributed_flows += snap.count;
+                if !matches!(&subject, Resolution::Pod(p) if p.owner.is_some()) {
+                    unresolved_subject_flows += snap.count;
+                }
+                continue;
             }
-            continue;
+            Target::Uncovered(_) => {
+                unchecked_flows += snap.count;
+                continue;
+            }
+            Target::Policy(key, policy) => {
+                used.insert(key);
+                policy
+            }
         };
-        seen.insert(workload_key(owner));
-        let key = target_key(owner, edge.direction);
-        let Some(policy) = index.get(&key) else {
-            unchecked_flows += snap.count;
-            continue;
-        };
-        used.insert(key);
-        let view = eval::flow_view(edge, &subject, &peer);
-        let decision = eval::evaluate(PolicyRef::from(&policy.spec), &policy.namespace, &view)
+        let decision = decide(policy, edge, &subject, &peer)
             .with_context(|| format!("cannot evaluate {}/{}", policy.namespace, policy.name))?;
         let invalid_skipped = match decision {
             Decision::Denied { invalid_skipped } => invalid_skipped,
@@ -314,32 +330,6 @@ fn merge_seen(v: &mut Violation, count: u64, first: Timestamp, last: Timestamp) 
         v.last_seen = last;
     }
     v.count += count;
-}
-
-pub(crate) fn subject_workload(res: &Resolution) -> Option<&WorkloadRef> {
-    match res {
-        Resolution::Pod(p) => p.owner.as_ref().filter(|o| o.kind.is_subject()),
-        _ => None,
-    }
-}
-
-/// `(namespace, kind, name)` of a subject workload (see [`subject_workload`]).
-fn workload_key(w: &WorkloadRef) -> (String, TargetKind, String) {
-    let kind = match w.kind {
-        WorkloadKind::StatefulSet => TargetKind::StatefulSet,
-        WorkloadKind::DaemonSet => TargetKind::DaemonSet,
-        _ => TargetKind::Deployment,
-    };
-    (w.namespace.to_string(), kind, w.name.to_string())
-}
-
-pub(crate) fn target_key(w: &WorkloadRef, direction: Direction) -> TargetKey {
-    let (namespace, kind, name) = workload_key(w);
-    let direction = match direction {
-        Direction::Ingress => PolicyDirection::Ingress,
-        Direction::Egress => PolicyDirection::Egress,
-    };
-    (namespace, kind, name, direction)
 }
 
 fn target_kind_str(kind: TargetKind) -> &'static str {

@@ -20,12 +20,12 @@ use std::collections::BTreeMap;
 use ne_crds::{Backend, Mode, PolicyDirection, WorkloadEndpointRef, WorkloadNetworkPolicy};
 use ne_flow::flow::{Direction, Endpoint, EndpointId};
 use ne_policy::allowlist::kube_time;
-use ne_policy::eval::{self, Decision, PolicyRef};
+use ne_policy::eval::Decision;
 use ne_policy::index::MergedEdge;
 use ne_policy::resolve::{Resolution, Resolver};
 
 use super::record::{Observation, UNKNOWN_PORT};
-use crate::offline::check::{TargetKey, subject_workload, target_key};
+use crate::attribution::{Target, Targets, decide};
 
 /// A policy's key: (`namespace`, `name`).
 pub type PolicyKey = (String, String);
@@ -87,27 +87,18 @@ pub fn endpoint_ref(endpoint: &Endpoint, resolution: &Resolution) -> WorkloadEnd
     r
 }
 
-/// The policies of `backend` in `mode`, by what they target.
+/// The policies of `backend` in `mode`, by what they target (the CRDs' rules allow one
+/// policy per target; should two exist, the later one is used).
 fn by_target(
     policies: &[WorkloadNetworkPolicy],
     backend: Backend,
     mode: Mode,
-) -> BTreeMap<TargetKey, &WorkloadNetworkPolicy> {
-    policies
-        .iter()
-        .filter(|w| w.spec.mode == mode && w.spec.backend == backend)
-        .map(|w| {
-            (
-                (
-                    w.metadata.namespace.clone().unwrap_or_default(),
-                    w.spec.target_ref.kind,
-                    w.spec.target_ref.name.clone(),
-                    w.spec.direction,
-                ),
-                w,
-            )
-        })
-        .collect()
+) -> Targets<'_, WorkloadNetworkPolicy> {
+    Targets::latest(
+        policies
+            .iter()
+            .filter(|w| w.spec.mode == mode && w.spec.backend == backend),
+    )
 }
 
 fn key_of(w: &WorkloadNetworkPolicy) -> PolicyKey {
@@ -197,17 +188,12 @@ pub fn detect(
     let mut unattributed = Vec::new();
     for m in traffic.edges {
         let edge = &m.edge;
-        let subject = resolver.resolve(&edge.subject);
-        let Some(owner) = subject_workload(&subject) else {
-            continue;
-        };
-        let Some(policy) = monitored.get(&target_key(owner, edge.direction)) else {
+        let (subject, Target::Policy(_, policy)) = monitored.attribute(edge, resolver) else {
             continue;
         };
         let key = key_of(policy);
         let peer = resolver.resolve(&edge.peer);
-        let view = eval::flow_view(edge, &subject, &peer);
-        match eval::evaluate(PolicyRef::from(&policy.spec), &key.0, &view) {
+        match decide(policy, edge, &subject, &peer) {
             Ok(Decision::Denied { .. }) => {}
             Ok(_) => {
                 detected.allowed += 1;
@@ -227,14 +213,14 @@ pub fn detect(
     ] {
         for m in edges {
             let edge = &m.edge;
-            let subject = resolver.resolve(&edge.subject);
+            let (subject, target) = policies.attribute(edge, resolver);
             let peer = resolver.resolve(&edge.peer);
             let o = observation(m, &subject, &peer, mode);
-            let policy = subject_workload(&subject)
-                .and_then(|owner| policies.get(&target_key(owner, edge.direction)));
-            match policy {
-                Some(policy) => add(detected.observations.entry(key_of(policy)).or_default(), o),
-                None => add(&mut unattributed, o),
+            match target {
+                Target::Policy(_, policy) => {
+                    add(detected.observations.entry(key_of(policy)).or_default(), o)
+                }
+                Target::NotASubject | Target::Uncovered(_) => add(&mut unattributed, o),
             }
         }
     }

@@ -25,9 +25,8 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use kube::Resource;
 use ne_crds::{
-    AcknowledgedViolation, AuthorizationPolicy, Backend, PolicyDirection, TargetKind,
-    ViolationRecord, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
-    WorkloadNetworkPolicyStatus,
+    AcknowledgedViolation, AuthorizationPolicy, Backend, TargetKind, ViolationRecord,
+    WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal, WorkloadNetworkPolicyStatus,
 };
 
 use crate::violations::record::Observation;
@@ -222,8 +221,7 @@ pub fn plan(world: &World<'_>, config: &Config) -> Plan {
     plan
 }
 
-/// `(namespace, kind, name, direction)` a policy or proposal is for.
-pub(crate) type TargetKey = (String, TargetKind, String, PolicyDirection);
+pub(crate) use crate::attribution::TargetKey;
 
 fn namespace_of<K: Resource>(object: &K) -> &str {
     object.meta().namespace.as_deref().unwrap_or_default()

@@ -9,6 +9,8 @@ use ne_crds::{
     WorkloadNetworkPolicyProposal, WorkloadNetworkPolicyProposalStatus, WorkloadNetworkPolicySpec,
 };
 
+use crate::attribution::Targeted;
+
 use super::{
     Action, Config, Event, MANAGED_BY, ObjectKey, Plan, TargetKey, Workload, World, label,
     merge_spec, merge_status, name_of, namespace_of, owned_by, owner_reference, set_condition,
@@ -27,15 +29,6 @@ pub(crate) fn promotion(p: &WorkloadNetworkPolicyProposal) -> Option<Result<Mode
     })
 }
 
-pub(crate) fn target_of_policy(w: &WorkloadNetworkPolicy) -> TargetKey {
-    (
-        namespace_of(w).to_owned(),
-        w.spec.target_ref.kind,
-        w.spec.target_ref.name.clone(),
-        w.spec.direction,
-    )
-}
-
 fn target_of_proposal(p: &WorkloadNetworkPolicyProposal) -> TargetKey {
     (
         namespace_of(p).to_owned(),
@@ -51,11 +44,8 @@ pub(super) fn plan(world: &World<'_>, config: &Config, plan: &mut Plan) {
         .iter()
         .map(|w| ((namespace_of(w), name_of(w)), w))
         .collect();
-    let policies_by_target: BTreeMap<TargetKey, &WorkloadNetworkPolicy> = world
-        .policies
-        .iter()
-        .map(|w| (target_of_policy(w), w))
-        .collect();
+    let policies_by_target: BTreeMap<TargetKey, &WorkloadNetworkPolicy> =
+        world.policies.iter().map(|w| (w.target(), w)).collect();
 
     // Proposals the learned content must not touch this round, and ones it must replace.
     let mut frozen: BTreeSet<(&str, &str)> = BTreeSet::new();
