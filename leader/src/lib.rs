@@ -12,8 +12,10 @@ pub mod controller;
 pub mod election;
 pub mod ingest;
 pub mod leader_label;
+pub mod learning;
 pub mod live;
 pub mod offline;
+pub mod output;
 pub mod violations;
 
 use std::process::ExitCode;

@@ -18,9 +18,9 @@ use std::sync::atomic::AtomicBool;
 use anyhow::Context as _;
 use ne_crds::WorkloadNetworkPolicyProposal;
 use ne_flow::edge::Provider;
-use ne_policy::allowlist::{AggregatedEdge, LearnOptions, LearnSummary};
+use ne_policy::allowlist::LearnOptions;
 use ne_policy::index::MergedEdge;
-use ne_policy::resolve::{RecordOnly, Resolver};
+use ne_policy::resolve::RecordOnly;
 use ne_telemetry::{http, logs, otlp};
 use tokio_stream::wrappers::TcpListenerStream;
 
@@ -32,8 +32,8 @@ use crate::election::{self, LeaseLeadership};
 use crate::ingest::Leadership;
 use crate::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics};
 use crate::leader_label::{self, PodLabeler};
-use crate::offline::learn::{proposals, to_yaml_stream, write_proposals};
 use crate::violations::detect::Traffic;
+use crate::{learning, output};
 
 impl From<ProviderArg> for Provider {
     fn from(p: ProviderArg) -> Self {
@@ -207,24 +207,20 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
             denials: &held.denials,
             audits: &held.audits,
         };
-        if let Some(controller) = controller.as_mut()
-            && let Err(error) = controller.round(traffic, &leadership).await
-        {
-            tracing::warn!(error = format!("{error:#}"), "controller round failed");
-        }
-        let proposals = render(merged, provider, &options)?;
-        let yaml = to_yaml_stream(&proposals)?;
-        if yaml != written {
-            tracing::info!(
-                edges = merged.len(),
-                proposals = proposals.len(),
-                "proposals changed"
-            );
-            if let Some(output) = &args.output {
-                write_proposals(&proposals, output)?;
+        // The round's proposals, resolved against the cluster; without a controller, as
+        // the agents resolved them.
+        let proposals = match controller.as_mut() {
+            Some(controller) => controller.round(traffic, &leadership).await.proposals,
+            None => {
+                let learned =
+                    learning::learn(learning::merged(merged), &RecordOnly, provider, &options);
+                for what in &learned.unrendered {
+                    tracing::warn!(allow_list = %what, "cannot render a proposal; the others are written");
+                }
+                learned.proposals
             }
-            written = yaml;
-        }
+        };
+        written = report_proposals(&proposals, merged.len(), &written, args.output.as_deref());
     }
     tracing::info!("shutting down");
     server.abort();
@@ -379,39 +375,36 @@ impl http::Exposition for Exposed {
     }
 }
 
-/// The proposals of the merged edges (workloads as the agents resolved them).
-pub fn render(
-    merged: &[MergedEdge],
-    provider: Provider,
-    options: &LearnOptions,
-) -> anyhow::Result<Vec<WorkloadNetworkPolicyProposal>> {
-    render_with(merged, &RecordOnly, provider, options)
-}
-
-/// The proposals of the merged edges, endpoints resolved by `resolver`.
-pub fn render_with(
-    merged: &[MergedEdge],
-    resolver: &dyn Resolver,
-    provider: Provider,
-    options: &LearnOptions,
-) -> anyhow::Result<Vec<WorkloadNetworkPolicyProposal>> {
-    Ok(learn_merged(merged, resolver, provider, options)?.1)
-}
-
-/// The learn summary and proposals of the merged edges, endpoints resolved by `resolver`.
-pub fn learn_merged(
-    merged: &[MergedEdge],
-    resolver: &dyn Resolver,
-    provider: Provider,
-    options: &LearnOptions,
-) -> anyhow::Result<(LearnSummary, Vec<WorkloadNetworkPolicyProposal>)> {
-    let edges = merged.iter().map(|m| AggregatedEdge {
-        edge: &m.edge,
-        count: m.count,
-        first_seen: m.first_seen,
-        last_seen: m.last_seen,
-    });
-    proposals(edges, resolver, provider, options)
+/// Logs when the proposals changed and writes them to `output`; returns what they are now
+/// (a YAML stream). A proposal that cannot be written is logged; the leader goes on.
+fn report_proposals(
+    proposals: &[WorkloadNetworkPolicyProposal],
+    edges: usize,
+    written: &str,
+    output: Option<&str>,
+) -> String {
+    let yaml = match output::to_yaml_stream(proposals) {
+        Ok(yaml) => yaml,
+        Err(error) => {
+            tracing::warn!(
+                error = format!("{error:#}"),
+                "cannot serialise the proposals"
+            );
+            return written.to_owned();
+        }
+    };
+    if yaml != written {
+        tracing::info!(edges, proposals = proposals.len(), "proposals changed");
+        if let Some(output) = output
+            && let Err(error) = output::write_proposals(proposals, output)
+        {
+            tracing::warn!(
+                error = format!("{error:#}"),
+                "cannot write the proposals to --output"
+            );
+        }
+    }
+    yaml
 }
 
 async fn shutdown_signal() {

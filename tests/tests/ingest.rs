@@ -335,9 +335,13 @@ async fn the_live_pipeline_proposes_what_offline_learn_proposes() {
         let options = LearnOptions {
             exclude_namespaces: ["kube-system".to_owned()].into(),
         };
-        let live =
-            ne_leader::live::render(&l.index.read().await.unwrap().edges, provider, &options)
-                .unwrap();
+        let live = ne_leader::learning::learn(
+            ne_leader::learning::merged(&l.index.read().await.unwrap().edges),
+            &ne_policy::resolve::RecordOnly,
+            provider,
+            &options,
+        )
+        .proposals;
         let offline = ne_leader::offline::learn::learn(&LearnArgs {
             input: InputArgs {
                 input: vec![path.clone()],

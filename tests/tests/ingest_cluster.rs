@@ -26,7 +26,8 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use ne_leader::auth::{AUDIENCE, Authenticator, TokenReviews};
 use ne_leader::cli::{InputArgs, InputFormat, LearnArgs, SummaryFormat};
-use ne_leader::offline::learn::{learn, write_proposals};
+use ne_leader::offline::learn::learn;
+use ne_leader::output::write_proposals;
 
 const AGENT_SA: &str = "network-enforcer-agent";
 

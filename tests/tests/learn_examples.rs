@@ -8,7 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use ne_leader::cli::{InputArgs, InputFormat, LearnArgs, SummaryFormat};
-use ne_leader::offline::learn::{LearnReport, learn, to_yaml_stream};
+use ne_leader::offline::learn::{LearnReport, learn};
+use ne_leader::output::to_yaml_stream;
 use serde_json::Value;
 
 fn repo() -> PathBuf {

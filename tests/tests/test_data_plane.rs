@@ -89,9 +89,13 @@ fn the_test_data_plane_teaches_what_the_cluster_tests_expect() {
                 last_seen: e.last_seen,
             })
             .collect();
-        let proposals =
-            ne_leader::live::render_with(&merged, &snapshot, provider, &LearnOptions::default())
-                .unwrap();
+        let proposals = ne_leader::learning::learn(
+            ne_leader::learning::merged(&merged),
+            &snapshot,
+            provider,
+            &LearnOptions::default(),
+        )
+        .proposals;
         let names: Vec<_> = proposals
             .iter()
             .map(|p| p.metadata.name.clone().unwrap())
@@ -169,13 +173,13 @@ fn promoted(
     ns: &str,
     mode: Mode,
 ) -> WorkloadNetworkPolicy {
-    let proposal = ne_leader::live::render_with(
-        learned,
+    let proposal = ne_leader::learning::learn(
+        ne_leader::learning::merged(learned),
         snapshot,
         provider,
         &ne_policy::allowlist::LearnOptions::default(),
     )
-    .unwrap()
+    .proposals
     .into_iter()
     .find(|p| p.metadata.name.as_deref() == Some("deployment-api-ingress"))
     .unwrap();

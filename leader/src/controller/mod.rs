@@ -15,13 +15,14 @@
 //! ([`crate::violations`]; unattributed ones are reported here), plan, write. A round whose
 //! cluster already matches writes nothing.
 
+mod error;
 pub mod metrics;
 pub mod plan;
 mod rules;
 pub mod state;
 pub mod write;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,16 +31,20 @@ use kube::Client;
 use ne_crds::Backend;
 use ne_flow::edge::Provider;
 use ne_policy::allowlist::{LearnOptions, backend_for};
+use ne_policy::index::MergedEdge;
 use ne_policy::resolve::ClusterSnapshot;
 use ne_telemetry::logs::LogSender;
 
+pub use error::Error;
+
 use crate::ingest::Leadership;
-use crate::violations::detect::Traffic;
+use crate::learning::{self, Learned};
+use crate::violations::detect::{self, Detected, Traffic};
 use crate::violations::events::{self, Reported};
 use crate::violations::record::Observation;
 use metrics::{ControllerLabel, ReasonLabel};
 use ne_crds::WorkloadNetworkPolicy;
-use plan::{Config, World};
+use plan::{Config, Plan, World};
 use state::{Stores, owned};
 use write::{Budget, Outcome, ViolationEvents, Writer, WrittenViolations};
 
@@ -65,9 +70,8 @@ pub struct Controller {
     settings: Settings,
     config: Config,
     metrics: Arc<metrics::ControllerMetrics>,
-    /// The resolver of the last round and the store generation it was built at, with the
-    /// count of objects it left out.
-    resolver: Option<(u64, ClusterSnapshot, usize)>,
+    /// The resolver of the last round.
+    resolver: Option<ClusterView>,
     /// Violation fields written and not yet seen in the cache, by policy.
     written: HashMap<(String, String), WrittenViolations>,
     rules: rules::RuleChecks,
@@ -98,13 +102,16 @@ impl Controller {
         settings: Settings,
         metrics: Arc<metrics::ControllerMetrics>,
         events: LogSender,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, Error> {
         let backend = backend_for(settings.provider);
         // AuthorizationPolicies are watched for the Istio backend only: the chart grants
         // access to them only then, and a watch refused with 403 kept the caches of a Cilium
         // or Calico leader from ever syncing where Istio's CRD happened to be installed.
         let istio = backend == Backend::Istio;
-        let served = istio && state::authorization_policies_served(&client).await?;
+        let served = istio
+            && state::authorization_policies_served(&client)
+                .await
+                .map_err(Error::Discovery)?;
         if istio && !served {
             tracing::warn!(
                 "the AuthorizationPolicy CRD (security.istio.io/v1) is not served: Istio policies \
@@ -113,7 +120,7 @@ impl Controller {
         }
         let (stores, reflectors) = Stores::start(&client, served);
         tracing::info!("waiting for the cluster caches");
-        stores.ready().await?;
+        stores.ready().await.map_err(Error::CacheStopped)?;
         tracing::info!("cluster caches ready");
         let mut excluded: BTreeSet<String> = settings
             .options
@@ -149,94 +156,157 @@ impl Controller {
         })
     }
 
-    /// One round: learned proposals from `merged`, planned against the caches, written.
-    pub async fn round(
-        &mut self,
-        traffic: Traffic<'_>,
-        leader: &dyn Leadership,
-    ) -> anyhow::Result<Outcome> {
-        let merged = traffic.edges;
+    /// One round, as a pipeline of stages that each hand data to the next: the cluster as
+    /// the resolver sees it → learn (proposals from the merged edges) → detect (the round's
+    /// traffic as observations of the policies) → check the policies' rules → plan → write.
+    /// A failed write is counted and planned again next round; the round itself cannot
+    /// fail.
+    pub async fn round(&mut self, traffic: Traffic<'_>, leader: &dyn Leadership) -> Round {
         let started = Instant::now();
-        // The resolver is rebuilt only when a store it reads changed (at 10 000 pods a
-        // rebuild costs about 0.16 s, see BENCHMARKS.md "snapshot").
-        let generation = self.stores.resolver_generation();
-        let resolver = match self.resolver.take() {
-            Some(cached) if cached.0 == generation => cached,
-            _ => {
-                let (snapshot, skipped) = self.stores.snapshot();
-                (generation, snapshot, skipped)
-            }
-        };
-        let (_, snapshot, skipped_objects) = &*self.resolver.insert(resolver);
-        let skipped_objects = *skipped_objects;
-        self.metrics
-            .objects_skipped
-            .set(i64::try_from(skipped_objects).unwrap_or(i64::MAX));
-        let (summary, learned) = crate::live::learn_merged(
-            merged,
-            snapshot,
-            self.settings.provider,
-            &self.settings.options,
-        )?;
-        self.metrics.unresolved_subjects.clear();
-        for (why, tally) in &summary.unresolved_subjects {
-            self.metrics
-                .unresolved_subjects
-                .get_or_create(&ReasonLabel {
-                    reason: why.as_str(),
-                })
-                .set(i64::try_from(tally.edges).unwrap_or(i64::MAX));
-        }
-        self.metrics.unexpressible_peers.clear();
-        for (why, tally) in &summary.unresolved_peers {
-            self.metrics
-                .unexpressible_peers
-                .get_or_create(&ReasonLabel {
-                    reason: why.as_str(),
-                })
-                .set(i64::try_from(tally.edges).unwrap_or(i64::MAX));
-        }
-        let workloads = self.stores.workloads();
-        let proposals = owned(&self.stores.proposals);
+        let cluster = self.cluster_view();
+        let learned = self.learn(traffic.edges, &cluster.snapshot);
         let mut policies = owned(&self.stores.policies);
         overlay(&mut policies, &mut self.written);
-        let network_policies = owned(&self.stores.network_policies);
-        let authorization_policies = self.stores.authorization_policies.as_ref().map(owned);
-        let detected =
-            crate::violations::detect::detect(traffic, &policies, snapshot, self.config.backend);
+        let detected = self.detect(traffic, &policies, &cluster.snapshot);
+        let rule_issues = self
+            .rules
+            .check(&policies, &cluster.snapshot, cluster.generation);
+        let plan = self.plan(&learned, &policies, &detected, &rule_issues);
+        let outcome = self.write(plan, leader).await;
+        self.resolver = Some(cluster);
+        self.metrics
+            .reconcile_duration
+            .get_or_create(&ControllerLabel {
+                controller: "proposals",
+            })
+            .observe(started.elapsed().as_secs_f64());
+        Round {
+            proposals: learned.proposals,
+            outcome,
+        }
+    }
+
+    /// The resolver of the cluster's current state: the last round's, unless a store it
+    /// reads changed (at 10 000 pods a rebuild costs about 0.16 s, see BENCHMARKS.md
+    /// "snapshot").
+    fn cluster_view(&mut self) -> ClusterView {
+        let generation = self.stores.resolver_generation();
+        let view = match self.resolver.take() {
+            Some(cached) if cached.generation == generation => cached,
+            _ => {
+                let (snapshot, skipped) = self.stores.snapshot();
+                ClusterView {
+                    generation,
+                    snapshot,
+                    skipped,
+                }
+            }
+        };
+        self.metrics
+            .objects_skipped
+            .set(i64::try_from(view.skipped).unwrap_or(i64::MAX));
+        view
+    }
+
+    /// Learning: the merged edges, resolved against the cluster, as proposals; what could
+    /// not be resolved or expressed is exported as gauges.
+    fn learn(&self, merged: &[MergedEdge], cluster: &ClusterSnapshot) -> Learned {
+        let learned = learning::learn(
+            learning::merged(merged),
+            cluster,
+            self.settings.provider,
+            &self.settings.options,
+        );
+        let gauge = |family: &prometheus_client::metrics::family::Family<ReasonLabel, _>,
+                     tallies: &mut dyn Iterator<Item = (&'static str, u64)>| {
+            family.clear();
+            for (reason, edges) in tallies {
+                let gauge: &prometheus_client::metrics::gauge::Gauge =
+                    &family.get_or_create(&ReasonLabel { reason });
+                gauge.set(i64::try_from(edges).unwrap_or(i64::MAX));
+            }
+        };
+        let summary = &learned.summary;
+        gauge(
+            &self.metrics.unresolved_subjects,
+            &mut summary
+                .unresolved_subjects
+                .iter()
+                .map(|(why, t)| (why.as_str(), t.edges)),
+        );
+        gauge(
+            &self.metrics.unexpressible_peers,
+            &mut summary
+                .unresolved_peers
+                .iter()
+                .map(|(why, t)| (why.as_str(), t.edges)),
+        );
+        for what in &learned.unrendered {
+            tracing::warn!(allow_list = %what, "cannot render a proposal; the others are written");
+        }
+        learned
+    }
+
+    /// Detection: the round's traffic as observations of the policies it concerns;
+    /// unattributed denials are reported here.
+    fn detect(
+        &mut self,
+        traffic: Traffic<'_>,
+        policies: &[WorkloadNetworkPolicy],
+        cluster: &ClusterSnapshot,
+    ) -> Detected {
+        let detected = detect::detect(traffic, policies, cluster, self.config.backend);
         for ((namespace, name), error) in &detected.errors {
             tracing::warn!(policy = %format!("{namespace}/{name}"), %error, "cannot check traffic against the policy");
         }
         self.unattributed
             .report(&detected.unattributed, &self.metrics);
-        // Whole seconds, as the API server stores times: a condition written now compares
-        // equal when read back.
-        let now = Time(
-            k8s_openapi::jiff::Timestamp::from_second(
-                k8s_openapi::jiff::Timestamp::now().as_second(),
-            )
-            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-        );
-        let rule_issues = self.rules.check(&policies, snapshot, generation);
+        detected
+    }
+
+    /// Planning, against the caches (with the violation fields this replica wrote).
+    fn plan(
+        &self,
+        learned: &Learned,
+        policies: &[WorkloadNetworkPolicy],
+        detected: &Detected,
+        rule_issues: &BTreeMap<(String, String), plan::RuleIssues>,
+    ) -> Plan {
+        let workloads = self.stores.workloads();
+        let proposals = owned(&self.stores.proposals);
+        let network_policies = owned(&self.stores.network_policies);
+        let authorization_policies = self.stores.authorization_policies.as_ref().map(owned);
+        let now = now();
         let world = World {
-            learned: &learned,
+            learned: &learned.proposals,
             workloads: &workloads,
             proposals: &proposals,
-            policies: &policies,
+            policies,
             network_policies: &network_policies,
             authorization_policies: authorization_policies.as_deref(),
             observations: &detected.observations,
-            rule_issues: &rule_issues,
+            rule_issues,
             now: &now,
         };
         let plan = plan::plan(&world, &self.config);
         self.metrics.proposals_skipped.clear();
-        for (reason, n) in &plan.skipped {
+        let unrendered = u64::try_from(learned.unrendered.len()).unwrap_or(u64::MAX);
+        let skipped = plan
+            .skipped
+            .iter()
+            .map(|(reason, n)| (*reason, *n))
+            .chain((unrendered > 0).then_some(("unrenderable", unrendered)));
+        for (reason, n) in skipped {
             self.metrics
                 .proposals_skipped
                 .get_or_create(&ReasonLabel { reason })
-                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
+        plan
+    }
+
+    /// Writing, while this replica leads; remembers the violation fields written.
+    async fn write(&mut self, plan: Plan, leader: &dyn Leadership) -> Outcome {
         let actions = plan.actions.len();
         let outcome = self.writer.execute(plan, leader).await;
         for w in self.writer.take_written() {
@@ -252,14 +322,36 @@ impl Controller {
                 "controller round"
             );
         }
-        self.metrics
-            .reconcile_duration
-            .get_or_create(&ControllerLabel {
-                controller: "proposals",
-            })
-            .observe(started.elapsed().as_secs_f64());
-        Ok(outcome)
+        outcome
     }
+}
+
+/// What a round did.
+#[derive(Debug)]
+pub struct Round {
+    /// The proposals learned this round, resolved against the cluster (what
+    /// `run --output` writes).
+    pub proposals: Vec<ne_crds::WorkloadNetworkPolicyProposal>,
+    pub outcome: Outcome,
+}
+
+/// The resolver of one state of the cluster.
+#[derive(Debug)]
+struct ClusterView {
+    /// The stores' generation it was built at.
+    generation: u64,
+    snapshot: ClusterSnapshot,
+    /// Objects left out of it.
+    skipped: usize,
+}
+
+/// Now, in whole seconds as the API server stores times: a condition written now compares
+/// equal when read back.
+fn now() -> Time {
+    Time(
+        k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second())
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    )
 }
 
 /// Puts the violation fields this replica wrote into `policies` whose cached version is

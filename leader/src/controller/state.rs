@@ -163,7 +163,7 @@ impl Stores {
     }
 
     /// Waits until every store holds its first complete list.
-    pub async fn ready(&self) -> anyhow::Result<()> {
+    pub async fn ready(&self) -> Result<(), kube::runtime::reflector::store::WriterDropped> {
         // Sequential waits: the lists run concurrently anyway, in their own tasks.
         self.namespaces.wait_until_ready().await?;
         self.pods.wait_until_ready().await?;
@@ -254,7 +254,7 @@ where
 }
 
 /// Whether the API server serves `security.istio.io/v1` AuthorizationPolicies.
-pub async fn authorization_policies_served(client: &Client) -> anyhow::Result<bool> {
+pub async fn authorization_policies_served(client: &Client) -> Result<bool, kube::Error> {
     match client
         .list_api_group_resources("security.istio.io/v1")
         .await
@@ -264,7 +264,7 @@ pub async fn authorization_policies_served(client: &Client) -> anyhow::Result<bo
             .iter()
             .any(|r| r.name == "authorizationpolicies")),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
-        Err(error) => Err(error.into()),
+        Err(error) => Err(error),
     }
 }
 

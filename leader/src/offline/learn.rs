@@ -2,18 +2,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::path::Path;
 
-use anyhow::Context;
+use anyhow::bail;
 use ne_crds::WorkloadNetworkPolicyProposal;
-use ne_flow::edge::Provider;
-use ne_policy::allowlist::{self, AggregatedEdge, LearnOptions, LearnSummary, Proposal};
-use ne_policy::resolve::Resolver;
+use ne_policy::allowlist::{LearnOptions, LearnSummary};
 use serde::Serialize;
 
 use super::report::{self, Table};
 use super::{FileReport, Ingested, ingest, resolver};
 use crate::cli::{LearnArgs, SummaryFormat};
+use crate::{learning, output};
 
 /// Everything `learn` found, before anything is written.
 #[derive(Debug, Serialize)]
@@ -42,17 +40,19 @@ pub fn learn(args: &LearnArgs) -> anyhow::Result<LearnReport> {
     let options = LearnOptions {
         exclude_namespaces: args.exclude_namespaces.iter().cloned().collect(),
     };
-    let (summary, proposals) = proposals(
-        edges.iter().map(|s| AggregatedEdge {
-            edge: &s.edge,
-            count: s.count,
-            first_seen: s.first_seen,
-            last_seen: s.last_seen,
-        }),
+    let learned = learning::learn(
+        learning::snapshots(&edges),
         resolver.as_ref(),
         provider,
         &options,
-    )?;
+    );
+    if let Some(first) = learned.unrendered.first() {
+        bail!(
+            "cannot render {} allow-list(s), the first: {first}",
+            learned.unrendered.len()
+        );
+    }
+    let (summary, proposals) = (learned.summary, learned.proposals);
     Ok(LearnReport {
         provider: provider.as_str(),
         files,
@@ -63,36 +63,10 @@ pub fn learn(args: &LearnArgs) -> anyhow::Result<LearnReport> {
     })
 }
 
-/// Learns the allow-lists of `edges` and renders them as proposals (with status): what
-/// offline `learn` and the live leader write.
-pub fn proposals<'a>(
-    edges: impl IntoIterator<Item = AggregatedEdge<'a>>,
-    resolver: &dyn Resolver,
-    provider: Provider,
-    options: &LearnOptions,
-) -> anyhow::Result<(LearnSummary, Vec<WorkloadNetworkPolicyProposal>)> {
-    let learned = allowlist::learn(edges, resolver, provider, options);
-    let proposals = learned
-        .allow_lists
-        .iter()
-        .map(|list| {
-            allowlist::render_proposal(list)
-                .map(Proposal::into_object_with_status)
-                .with_context(|| {
-                    format!(
-                        "cannot render the allow-list of {} {}",
-                        list.subject, list.direction
-                    )
-                })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok((learned.summary, proposals))
-}
-
 /// Runs `learn` and writes its output: proposals to `--output`, the summary to stderr.
 pub fn run(args: &LearnArgs) -> anyhow::Result<()> {
     let report = learn(args)?;
-    write_proposals(&report.proposals, &args.output)?;
+    output::write_proposals(&report.proposals, &args.output)?;
     let stderr = std::io::stderr();
     let mut err = stderr.lock();
     match args.summary {
@@ -100,57 +74,6 @@ pub fn run(args: &LearnArgs) -> anyhow::Result<()> {
         SummaryFormat::Table => write_summary(&mut err, &report)?,
     }
     writeln!(err)?;
-    Ok(())
-}
-
-/// YAML of proposals: one document each, separated by `---`.
-pub fn to_yaml_stream(proposals: &[WorkloadNetworkPolicyProposal]) -> anyhow::Result<String> {
-    let mut out = String::new();
-    for p in proposals {
-        out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(p).context("cannot serialise a proposal as YAML")?);
-    }
-    Ok(out)
-}
-
-/// Writes proposals to `output`: a directory (one file each) or `-` (stdout).
-pub fn write_proposals(
-    proposals: &[WorkloadNetworkPolicyProposal],
-    output: &str,
-) -> anyhow::Result<()> {
-    if output == "-" {
-        std::io::stdout()
-            .lock()
-            .write_all(to_yaml_stream(proposals)?.as_bytes())?;
-        return Ok(());
-    }
-    let dir = Path::new(output);
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let mut namespaces_of: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for p in proposals {
-        let name = p.metadata.name.as_deref().unwrap_or_default();
-        let namespace = p.metadata.namespace.as_deref().unwrap_or_default();
-        namespaces_of.entry(name).or_default().insert(namespace);
-    }
-    for p in proposals {
-        let name = p
-            .metadata
-            .name
-            .as_deref()
-            .context("a proposal has no name")?;
-        // Names are unique per namespace only: `deployment-api-ingress` may exist in two
-        // namespaces. Those files get the namespace in front (a namespace has no dots),
-        // so that neither overwrites the other.
-        let file = match p.metadata.namespace.as_deref() {
-            Some(ns) if namespaces_of.get(name).is_some_and(|s| s.len() > 1) => {
-                format!("{ns}.{name}.yaml")
-            }
-            _ => format!("{name}.yaml"),
-        };
-        let path = dir.join(file);
-        let yaml = serde_saphyr::to_string(p).context("cannot serialise a proposal as YAML")?;
-        std::fs::write(&path, yaml).with_context(|| format!("cannot write {}", path.display()))?;
-    }
     Ok(())
 }
 

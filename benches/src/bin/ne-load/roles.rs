@@ -6,7 +6,7 @@
 //!   as `ne_node_agent::run` wires them (without the `/metrics` HTTP server);
 //! - `leader`: the leader library's ingest service (`IngestService` over the index's owner
 //!   task, as `ne-leader run` serves it) and, every flush interval, the proposals rendered
-//!   from the merged index (`ne_leader::live::render`) with a counting sink in place of
+//!   from the merged index (`ne_leader::learning::learn`) with a counting sink in place of
 //!   the API writes;
 //! - `central`: the single-controller design — every raw Hubble flow read by one process
 //!   (K Hubble streams, the same fast decoder) and aggregated in one FlowTable, rendered
@@ -204,7 +204,13 @@ impl Flusher {
     /// One flush interval: the writes the controller would make (`ApplyProposal` spec and
     /// status), carried out on the in-memory cluster.
     fn flush(&mut self, merged: &[MergedEdge]) -> anyhow::Result<()> {
-        let proposals = ne_leader::live::render(merged, self.provider, &self.options)?;
+        let proposals = ne_leader::learning::learn(
+            ne_leader::learning::merged(merged),
+            &ne_policy::resolve::RecordOnly,
+            self.provider,
+            &self.options,
+        )
+        .proposals;
         for p in &proposals {
             let namespace = p.metadata.namespace.clone().unwrap_or_default();
             let target = &p.spec.target_ref;

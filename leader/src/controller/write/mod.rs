@@ -24,6 +24,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
+use super::error::Error;
 use super::metrics::{ControllerMetrics, ErrorLabels, EventLabel, ViolationLabels, WriteLabels};
 use super::plan::{Action, Event, ObjectKey, Plan};
 use crate::ingest::Leadership;
@@ -189,19 +190,6 @@ impl std::fmt::Debug for Writer {
     }
 }
 
-/// Why a write failed, bounded for the metric label.
-fn error_type(error: &kube::Error) -> &'static str {
-    match error {
-        kube::Error::Api(s) if s.code == 409 => "conflict",
-        kube::Error::Api(s) if s.code == 404 => "not_found",
-        kube::Error::Api(s) if s.code == 403 => "forbidden",
-        kube::Error::Api(s) if s.code == 422 => "invalid",
-        kube::Error::Api(s) if s.code == 429 => "throttled",
-        kube::Error::Api(_) => "api",
-        _ => "transport",
-    }
-}
-
 fn is_code(result: &Result<(), kube::Error>, code: u16) -> bool {
     matches!(result, Err(kube::Error::Api(s)) if s.code == code)
 }
@@ -252,16 +240,17 @@ impl Writer {
             }
             match self.one(action).await {
                 Ok(()) => outcome.written += 1,
-                Err((kind, verb, error)) => {
+                Err((kind, verb, source)) => {
                     outcome.failed += 1;
+                    tracing::warn!(kind, verb, error = %source, "API write failed; planned again next round");
+                    let error = Error::Write { kind, verb, source };
                     self.metrics
                         .reconcile_errors
                         .get_or_create(&ErrorLabels {
                             controller: "writer",
-                            error_type: error_type(&error),
+                            error_type: error.error_type(),
                         })
                         .inc();
-                    tracing::warn!(kind, verb, error = %error, "API write failed; planned again next round");
                 }
             }
         }
