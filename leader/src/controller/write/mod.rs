@@ -8,69 +8,23 @@
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::events::v1::Event as EventsV1Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client, Resource};
-use ne_crds::{
-    AcknowledgedViolation, AuthorizationPolicy, Mode, ViolationRecord, WorkloadNetworkPolicy,
-    WorkloadNetworkPolicyProposal,
-};
-use ne_flow::edge::Provider;
-use ne_telemetry::logs::LogSender;
+use ne_crds::{AuthorizationPolicy, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::time::Instant;
 
 use super::error::Error;
-use super::metrics::{ControllerMetrics, ErrorLabels, EventLabel, ViolationLabels, WriteLabels};
-use super::plan::{Action, Event, ObjectKey, Plan};
+use super::metrics::{ControllerMetrics, ErrorLabels, WriteLabels};
+use super::plan::{Action, ObjectKey, Plan};
 use crate::ingest::Leadership;
-use crate::violations::events::{self, Reported};
 
 /// The field manager of every write but the violation record's.
 pub const FIELD_MANAGER: &str = "network-enforcer";
 /// The field manager of a policy's violation fields: apart from [`FIELD_MANAGER`], which
 /// owns the conditions, so neither apply removes the other's fields.
 pub const VIOLATIONS_FIELD_MANAGER: &str = "network-enforcer-violations";
-
-/// Events remembered (by key) so each is recorded once.
-const EVENT_MEMORY: usize = 10_000;
-
-/// A token bucket: `rate` writes per second, bursts of `burst`.
-#[derive(Debug)]
-pub struct Budget {
-    rate: f64,
-    burst: f64,
-    tokens: f64,
-    at: Instant,
-}
-
-impl Budget {
-    pub fn new(rate: f64, burst: u32) -> Self {
-        Budget {
-            rate,
-            burst: f64::from(burst),
-            tokens: f64::from(burst),
-            at: Instant::now(),
-        }
-    }
-
-    fn take(&mut self) -> bool {
-        let now = Instant::now();
-        let refill = now.duration_since(self.at).as_secs_f64() * self.rate;
-        self.tokens = (self.tokens + refill).min(self.burst);
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
 
 /// What one round of writes did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -100,86 +54,6 @@ pub struct WrittenViolations {
     pub key: ObjectKey,
     pub resource_version: Option<String>,
     pub status: ne_crds::WorkloadNetworkPolicyStatus,
-}
-
-/// Records reported, remembered per policy uid and record id.
-const REPORTED_MEMORY: usize = 100_000;
-
-/// Where violation log events go, and what was reported already.
-pub struct ViolationEvents {
-    provider: &'static str,
-    sender: LogSender,
-    observed: Reported<(String, i64)>,
-    acknowledged: Reported<(String, i64)>,
-}
-
-impl std::fmt::Debug for ViolationEvents {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ViolationEvents")
-            .field("provider", &self.provider)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ViolationEvents {
-    pub fn new(provider: Provider, sender: LogSender) -> Self {
-        ViolationEvents {
-            provider: provider.as_str(),
-            sender,
-            observed: Reported::new(REPORTED_MEMORY),
-            acknowledged: Reported::new(REPORTED_MEMORY),
-        }
-    }
-
-    /// Reports what a successful status write of `key` carried: each record's growth once
-    /// (to the metrics and as an event), each acknowledgement once.
-    fn written(
-        &mut self,
-        key: &ObjectKey,
-        observed: &[ViolationRecord],
-        acknowledged: &[AcknowledgedViolation],
-        metrics: &ControllerMetrics,
-    ) {
-        let uid = key.uid.clone().unwrap_or_default();
-        let policy = Some((key.namespace.as_str(), key.name.as_str()));
-        for r in observed {
-            let id = (uid.clone(), r.id);
-            let before = self.observed.last(&id).unwrap_or(0);
-            if !self.observed.news(&id, r.count) {
-                continue;
-            }
-            metrics
-                .violations_observed
-                .get_or_create(&ViolationLabels {
-                    provider: self.provider,
-                    action: action(r.mode),
-                })
-                .inc_by(u64::try_from(r.count - before).unwrap_or(0));
-            self.emit(events::observed(self.provider, policy, r), metrics);
-        }
-        for a in acknowledged {
-            if self.acknowledged.news(&(uid.clone(), a.violation.id), 1) {
-                self.emit(events::acknowledged(self.provider, policy, a), metrics);
-            }
-        }
-    }
-
-    fn emit(&self, event: ne_telemetry::logs::LogEvent, metrics: &ControllerMetrics) {
-        let name = event.name;
-        if self.sender.is_enabled() && self.sender.emit(event) {
-            metrics
-                .violation_events
-                .get_or_create(&EventLabel { event: name })
-                .inc();
-        }
-    }
-}
-
-fn action(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Monitor => "monitor",
-        Mode::Protect => "protect",
-    }
 }
 
 impl std::fmt::Debug for Writer {
@@ -517,113 +391,6 @@ impl Writer {
         }
         result.map_err(|e| (kind, "delete", e))
     }
-
-    async fn promote(
-        &mut self,
-        policy: WorkloadNetworkPolicy,
-        proposal: ObjectKey,
-    ) -> Result<(), (&'static str, &'static str, kube::Error)> {
-        let kind = "WorkloadNetworkPolicy";
-        let api: Api<WorkloadNetworkPolicy> =
-            Api::namespaced(self.client.clone(), &proposal.namespace);
-        let params = PostParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PostParams::default()
-        };
-        self.count(kind, "create");
-        match api.create(&params, &policy).await {
-            Ok(created) => {
-                tracing::info!(policy = %proposal, mode = ?created.spec.mode, "proposal promoted");
-                let event = Event {
-                    kind,
-                    regarding: ObjectKey::of(&created),
-                    warning: false,
-                    reason: "Promoted",
-                    note: format!(
-                        "promoted from WorkloadNetworkPolicyProposal {proposal} in {:?} mode",
-                        created.spec.mode
-                    ),
-                    key: format!(
-                        "{}:promoted",
-                        created.metadata.uid.as_deref().unwrap_or_default()
-                    ),
-                };
-                // The Event is best effort: the promotion itself has happened.
-                if let Err((_, _, error)) = self.event(event).await {
-                    tracing::warn!(%error, "cannot record the Promoted event");
-                }
-                let proposals: Api<WorkloadNetworkPolicyProposal> =
-                    Api::namespaced(self.client.clone(), &proposal.namespace);
-                self.delete(&proposals, "WorkloadNetworkPolicyProposal", &proposal)
-                    .await
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                let event = Event {
-                    kind: "WorkloadNetworkPolicyProposal",
-                    regarding: proposal.clone(),
-                    warning: true,
-                    reason: "PromotionConflict",
-                    note: format!(
-                        "WorkloadNetworkPolicy {proposal} appeared meanwhile: nothing was \
-                         overwritten and the proposal is kept"
-                    ),
-                    key: format!(
-                        "{}:promotion-raced",
-                        proposal.uid.as_deref().unwrap_or_default()
-                    ),
-                };
-                self.event(event).await
-            }
-            Err(error) => Err((kind, "create", error)),
-        }
-    }
-
-    async fn event(&mut self, e: Event) -> Result<(), (&'static str, &'static str, kube::Error)> {
-        let reference = ObjectReference {
-            api_version: Some(ne_crds::WorkloadNetworkPolicy::api_version(&()).into_owned()),
-            kind: Some(e.kind.to_owned()),
-            name: Some(e.regarding.name.clone()),
-            namespace: Some(e.regarding.namespace.clone()),
-            uid: e.regarding.uid.clone(),
-            ..ObjectReference::default()
-        };
-        // Created directly rather than through kube's Recorder: the Recorder folds every
-        // Event of one reason about one object into a series of the first, so a second
-        // warning (another unknown acknowledgement id, say) lost its note. Events are
-        // already written once per key here.
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let event = EventsV1Event {
-            metadata: kube::api::ObjectMeta {
-                name: Some(format!("{}.{:x}", e.regarding.name, now.as_nanosecond())),
-                namespace: Some(e.regarding.namespace.clone()),
-                ..Default::default()
-            },
-            event_time: Some(MicroTime(now)),
-            type_: Some(if e.warning { "Warning" } else { "Normal" }.to_owned()),
-            reason: Some(e.reason.to_owned()),
-            note: Some(e.note),
-            action: Some("Reconcile".to_owned()),
-            regarding: Some(reference),
-            reporting_controller: Some(FIELD_MANAGER.to_owned()),
-            reporting_instance: Some(self.instance.clone()),
-            ..Default::default()
-        };
-        self.count(e.kind, "event");
-        let events: Api<EventsV1Event> =
-            Api::namespaced(self.client.clone(), &e.regarding.namespace);
-        events
-            .create(&PostParams::default(), &event)
-            .await
-            .map_err(|error| (e.kind, "event", error))?;
-        if self.told_order.len() >= EVENT_MEMORY
-            && let Some(old) = self.told_order.pop_front()
-        {
-            self.told.remove(&old);
-        }
-        self.told.insert(e.key.clone());
-        self.told_order.push_back(e.key);
-        Ok(())
-    }
 }
 
 fn ns<K: Resource>(object: &K) -> &str {
@@ -634,6 +401,12 @@ fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
 
+mod budget;
+mod kube_events;
 mod managed;
+mod reports;
+
+pub use budget::Budget;
+pub use reports::ViolationEvents;
 #[cfg(test)]
 mod tests;

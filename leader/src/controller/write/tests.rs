@@ -16,7 +16,10 @@ use ne_crds::{
 use serde_json::{Value, json};
 
 use super::*;
+use crate::controller::metrics::ViolationLabels;
 use crate::controller::plan::{Action, Event, ObjectKey, Plan};
+use ne_flow::edge::Provider;
+use ne_telemetry::logs::LogSender;
 use ne_telemetry::testing::Collector;
 
 struct Leading(AtomicBool);
