@@ -8,9 +8,9 @@
 
 use serde::Deserialize;
 
+use super::calico_fields::{CalicoSide, CalicoType, calico_endpoint, calico_verdict};
 use super::common::{
-    CalicoSide, CalicoType, CowStr, EnumVal, FlexInt, LabelList, TimeVal, calico_endpoint,
-    calico_verdict, parse_ip, port, present, protocol,
+    CowStr, EnumVal, FlexInt, LabelList, TimeVal, parse_ip, port, present, protocol,
 };
 use super::{DecodeError, Decoded};
 use ne_flow::flow::{FlowRecord, ObservationPoint, Protocol, Str, Verdict};
