@@ -196,7 +196,7 @@ fn spawn_source(
             }))
         }
         SourceKind::Goldmane => {
-            let tls = sources::goldmane::tls_files(&args.goldmane_tls);
+            let tls = args.goldmane_tls.files();
             let source = sources::goldmane::GoldmaneSource::new(&args.goldmane_address, tls)?;
             tracing::info!(
                 address = source.address(),
