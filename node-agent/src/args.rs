@@ -241,12 +241,8 @@ source_tls! {
     }
 }
 
-/// Log output format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
+/// Log output format (one definition for both binaries, in ne-telemetry).
+pub use ne_telemetry::runtime::LogFormat;
 
 pub use ne_flow::time::parse_duration;
 
