@@ -11,6 +11,7 @@ mod istio;
 mod schema;
 mod spec;
 mod status;
+mod terms;
 
 pub use istio::{
     AuthorizationPolicy, AuthorizationPolicySpec, ISTIO_DRY_RUN_ANNOTATION, WorkloadSelector,
@@ -18,6 +19,7 @@ pub use istio::{
 pub use schema::validation_schema;
 pub use spec::*;
 pub use status::*;
+pub use terms::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,

@@ -13,6 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::status::{WorkloadNetworkPolicyProposalStatus, WorkloadNetworkPolicyStatus};
+use crate::terms::{Mode, PolicyDirection};
 
 /// DNS-subdomain pattern (RFC 1123) for workload names in `targetRef.name`.
 pub const DNS_SUBDOMAIN_PATTERN: &str =
@@ -103,28 +104,6 @@ pub enum TargetKind {
     StatefulSet,
     /// An `apps/v1` DaemonSet.
     DaemonSet,
-}
-
-/// Traffic direction, as a Kubernetes NetworkPolicy policyType.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
-pub enum PolicyDirection {
-    /// Traffic arriving at the target workload.
-    Ingress,
-    /// Traffic leaving the target workload.
-    Egress,
-}
-
-/// Enforcement mode of a WorkloadNetworkPolicy (`monitor` or `protect`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Record violations, block nothing.
-    #[default]
-    Monitor,
-    /// Create the native policy and record what the data plane blocks.
-    Protect,
 }
 
 /// The workload a policy is about, in the policy's namespace.

@@ -9,7 +9,7 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{Mode, PolicyDirection};
+use crate::terms::{Mode, PolicyDirection};
 
 /// Most records kept in `violations` and in `acknowledgedViolations`.
 pub const MAX_VIOLATION_RECORDS: usize = 100;

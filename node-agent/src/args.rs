@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use ne_telemetry::tls::TlsFiles;
 
 /// Where the agent reads flows from (one per process).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -130,88 +131,118 @@ pub struct Args {
     pub log_format: LogFormat,
 }
 
-/// TLS for a Hubble Relay address (the node's unix socket needs none).
-#[derive(Clone, Debug, Default, clap::Args)]
-pub struct HubbleTls {
-    /// CA bundle (PEM) to verify Relay's certificate; enables TLS.
-    #[arg(
-        id = "hubble_tls_ca",
-        value_name = "FILE",
-        long = "hubble-tls-ca",
-        env = "NE_HUBBLE_TLS_CA"
-    )]
-    pub ca: Option<PathBuf>,
-    /// Client certificate (PEM) for mTLS.
-    #[arg(
-        id = "hubble_tls_cert",
-        value_name = "FILE",
-        long = "hubble-tls-cert",
-        env = "NE_HUBBLE_TLS_CERT",
-        requires = "hubble_tls_key"
-    )]
-    pub cert: Option<PathBuf>,
-    /// Client key (PEM) for mTLS.
-    #[arg(
-        id = "hubble_tls_key",
-        value_name = "FILE",
-        long = "hubble-tls-key",
-        env = "NE_HUBBLE_TLS_KEY",
-        requires = "hubble_tls_cert"
-    )]
-    pub key: Option<PathBuf>,
-    /// Server name to verify instead of the address's host (e.g. `ui.hubble-relay.cilium.io`).
-    #[arg(
-        id = "hubble_tls_server_name",
-        value_name = "NAME",
-        long = "hubble-tls-server-name",
-        env = "NE_HUBBLE_TLS_SERVER_NAME"
-    )]
-    pub server_name: Option<String>,
+/// Writes the client TLS flags of one gRPC source as a `clap::Args` struct: `--<source>-tls-ca`,
+/// `--<source>-tls-cert`, `--<source>-tls-key` and `--<source>-tls-server-name` (ids
+/// `<source>_tls_*`, env `<ENV>_TLS_*`), each field's doc comment its help. `cert requires
+/// key` makes either file need the other at parse time.
+///
+/// One definition serves every source: clap's derive cannot flatten one struct twice (its
+/// argument ids and flags would clash) and has no prefix for a flattened struct, so this
+/// macro writes the struct per source; only the names, the help texts and the `requires`
+/// differ.
+macro_rules! source_tls {
+    (
+        $(#[$doc:meta])*
+        pub struct $name:ident {
+            flags: $flag:literal,
+            env: $env:literal,
+            $(#[$ca:meta])*
+            ca,
+            $(#[$cert:meta])*
+            cert $(requires $cert_requires:ident)?,
+            $(#[$key:meta])*
+            key $(requires $key_requires:ident)?,
+            $(#[$server_name:meta])*
+            server_name $(,)?
+        }
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, Default, clap::Args)]
+        pub struct $name {
+            $(#[$ca])*
+            #[arg(
+                id = concat!($flag, "_tls_ca"),
+                value_name = "FILE",
+                long = concat!($flag, "-tls-ca"),
+                env = concat!($env, "_TLS_CA")
+            )]
+            pub ca: Option<PathBuf>,
+            $(#[$cert])*
+            #[arg(
+                id = concat!($flag, "_tls_cert"),
+                value_name = "FILE",
+                long = concat!($flag, "-tls-cert"),
+                env = concat!($env, "_TLS_CERT")
+                $(, requires = concat!($flag, "_tls_", stringify!($cert_requires)))?
+            )]
+            pub cert: Option<PathBuf>,
+            $(#[$key])*
+            #[arg(
+                id = concat!($flag, "_tls_key"),
+                value_name = "FILE",
+                long = concat!($flag, "-tls-key"),
+                env = concat!($env, "_TLS_KEY")
+                $(, requires = concat!($flag, "_tls_", stringify!($key_requires)))?
+            )]
+            pub key: Option<PathBuf>,
+            $(#[$server_name])*
+            #[arg(
+                id = concat!($flag, "_tls_server_name"),
+                value_name = "NAME",
+                long = concat!($flag, "-tls-server-name"),
+                env = concat!($env, "_TLS_SERVER_NAME")
+            )]
+            pub server_name: Option<String>,
+        }
+
+        impl $name {
+            /// The files as the source's TLS set-up takes them.
+            pub fn files(&self) -> TlsFiles {
+                TlsFiles {
+                    ca: self.ca.clone(),
+                    cert: self.cert.clone(),
+                    key: self.key.clone(),
+                    server_name: self.server_name.clone(),
+                }
+            }
+        }
+    };
 }
 
-/// mTLS material for Goldmane.
-#[derive(Clone, Debug, Default, clap::Args)]
-pub struct GoldmaneTls {
-    /// CA bundle (PEM) that signed Goldmane's certificate.
-    #[arg(
-        id = "goldmane_tls_ca",
-        value_name = "FILE",
-        long = "goldmane-tls-ca",
-        env = "NE_GOLDMANE_TLS_CA"
-    )]
-    pub ca: Option<PathBuf>,
-    /// Client certificate (PEM) signed by the operator's CA.
-    #[arg(
-        id = "goldmane_tls_cert",
-        value_name = "FILE",
-        long = "goldmane-tls-cert",
-        env = "NE_GOLDMANE_TLS_CERT"
-    )]
-    pub cert: Option<PathBuf>,
-    /// Client key (PEM).
-    #[arg(
-        id = "goldmane_tls_key",
-        value_name = "FILE",
-        long = "goldmane-tls-key",
-        env = "NE_GOLDMANE_TLS_KEY"
-    )]
-    pub key: Option<PathBuf>,
-    /// Server name to verify (default: the address's host).
-    #[arg(
-        id = "goldmane_tls_server_name",
-        value_name = "NAME",
-        long = "goldmane-tls-server-name",
-        env = "NE_GOLDMANE_TLS_SERVER_NAME"
-    )]
-    pub server_name: Option<String>,
+source_tls! {
+    /// TLS for a Hubble Relay address (the node's unix socket needs none).
+    pub struct HubbleTls {
+        flags: "hubble",
+        env: "NE_HUBBLE",
+        /// CA bundle (PEM) to verify Relay's certificate; enables TLS.
+        ca,
+        /// Client certificate (PEM) for mTLS.
+        cert requires key,
+        /// Client key (PEM) for mTLS.
+        key requires cert,
+        /// Server name to verify instead of the address's host (e.g. `ui.hubble-relay.cilium.io`).
+        server_name,
+    }
 }
 
-/// Log output format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
+source_tls! {
+    /// mTLS material for Goldmane.
+    pub struct GoldmaneTls {
+        flags: "goldmane",
+        env: "NE_GOLDMANE",
+        /// CA bundle (PEM) that signed Goldmane's certificate.
+        ca,
+        /// Client certificate (PEM) signed by the operator's CA.
+        cert,
+        /// Client key (PEM).
+        key,
+        /// Server name to verify (default: the address's host).
+        server_name,
+    }
 }
+
+/// Log output format (one definition for both binaries, in ne-telemetry).
+pub use ne_telemetry::runtime::LogFormat;
 
 pub use ne_flow::time::parse_duration;
 

@@ -18,25 +18,13 @@ use std::sync::Arc;
 use anyhow::Context;
 use ne_flow::edge::Provider;
 use ne_flow::table::FlowTable;
+use ne_telemetry::runtime::shutdown_signal;
 use ne_telemetry::{http, otlp};
 
-use args::{Args, LogFormat, SourceKind};
+use args::{Args, SourceKind};
 use metrics::AgentMetrics;
 use sink::FlowSink;
 use sources::SourceState;
-
-/// Sets up logging: `RUST_LOG` filters (default `info`), text or JSON.
-pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
-}
 
 /// Runs the agent until SIGINT or SIGTERM.
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -196,7 +184,7 @@ fn spawn_source(
             }))
         }
         SourceKind::Goldmane => {
-            let tls = sources::goldmane::tls_files(&args.goldmane_tls);
+            let tls = args.goldmane_tls.files();
             let source = sources::goldmane::GoldmaneSource::new(&args.goldmane_address, tls)?;
             tracing::info!(
                 address = source.address(),
@@ -211,26 +199,4 @@ fn spawn_source(
             Ok(tokio::spawn(sources::hubble::run(config, sink, state)))
         }
     }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(error) => {
-                    tracing::warn!(%error, "cannot listen for SIGTERM");
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }

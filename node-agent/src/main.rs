@@ -6,7 +6,7 @@ use ne_node_agent::args::Args;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    ne_node_agent::init_logging(args.log_format);
+    ne_telemetry::runtime::init_logging(args.log_format);
     match ne_node_agent::run(args).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {

@@ -13,13 +13,17 @@
 //! fields); `proto/networkenforcer/ingest/v1/ingest.proto` is this project's own API.
 //! The messages need prost alone; the gRPC services (clients, servers and [`raw`]) come
 //! with the `grpc` feature, which pulls in tonic, so that the batch codec (`ne-delta`) and
-//! the decoders' tests use the messages without an HTTP/2 stack.
+//! the decoders' tests use the messages without an HTTP/2 stack. The `testing` feature adds
+//! [`testing`], a Hubble server that writes responses as the bytes given, for tests and the
+//! load harness.
 //! The generated code in `src/gen/` (services in `src/gen/grpc/`) is committed, so a build needs no `protoc` and no build
 //! script; `tests/bootstrap.rs` regenerates it with protox and fails on any difference
 //! (`NE_REGEN_PROTO=1 cargo test -p ne-proto --test bootstrap` rewrites it).
 
 #[cfg(feature = "grpc")]
 pub mod raw;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use prost;
 pub use prost_types;

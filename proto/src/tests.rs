@@ -273,3 +273,73 @@ async fn raw_codec_hands_over_the_encoded_messages() {
     );
     assert!(stream.message().await.expect("end").is_none());
 }
+
+/// The `testing` server's handler: the bytes it is given, on a request with `follow`.
+struct Given(Vec<bytes::Bytes>);
+
+impl crate::testing::GetFlows for Given {
+    fn get_flows(
+        &self,
+        request: GetFlowsRequest,
+    ) -> Result<tokio::sync::mpsc::Receiver<Result<bytes::Bytes, Status>>, Status> {
+        if !request.follow {
+            return Err(Status::invalid_argument("test server wants follow"));
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(self.0.len());
+        for message in &self.0 {
+            tx.try_send(Ok(message.clone()))
+                .expect("room for every message");
+        }
+        Ok(rx)
+    }
+}
+
+#[tokio::test]
+async fn testing_hubble_server_sends_the_bytes_given() {
+    // A valid response, then bytes no prost encoder would write.
+    let sent = vec![
+        bytes::Bytes::from(flow_response().encode_to_vec()),
+        bytes::Bytes::from_static(b"\xff\xff\xff"),
+    ];
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("local address");
+    let router =
+        Server::builder().add_service(crate::testing::HubbleServer::new(Given(sent.clone())));
+    tokio::spawn(router.serve_with_incoming(TcpListenerStream::new(listener)));
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    let request = GetFlowsRequest {
+        follow: true,
+        ..Default::default()
+    };
+    let mut stream = crate::raw::hubble_get_flows(&mut grpc, request)
+        .await
+        .expect("stream starts")
+        .into_inner();
+    let mut received = Vec::new();
+    while let Some(bytes) = stream.message().await.expect("stream item") {
+        received.push(bytes);
+    }
+    assert_eq!(received, sent);
+
+    // The handler's refusal is the call's status.
+    let err = crate::raw::hubble_get_flows(&mut grpc, GetFlowsRequest::default())
+        .await
+        .expect_err("the handler wants follow");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+
+    // Any other method is not there.
+    let mut client = crate::observer::observer_client::ObserverClient::new(channel);
+    let err = client
+        .server_status(ServerStatusRequest {})
+        .await
+        .expect_err("only GetFlows is served");
+    assert_eq!(err.code(), tonic::Code::Unimplemented);
+}

@@ -57,7 +57,6 @@ use tonic::transport::{Channel, Endpoint};
 use super::SourceState;
 use super::backoff::Backoff;
 use super::tls::TlsFiles;
-use crate::args::GoldmaneTls;
 use crate::sink::FlowSink;
 
 /// Goldmane's stream window; the request field must carry it (the server ignores it).
@@ -233,16 +232,6 @@ impl Drop for Connected<'_> {
     fn drop(&mut self) {
         self.sink.metrics().source_connected.set(0);
         self.state.set_ready(false);
-    }
-}
-
-/// The TLS files of `--goldmane-tls-*`.
-pub fn tls_files(tls: &GoldmaneTls) -> TlsFiles {
-    TlsFiles {
-        ca: tls.ca.clone(),
-        cert: tls.cert.clone(),
-        key: tls.key.clone(),
-        server_name: tls.server_name.clone(),
     }
 }
 

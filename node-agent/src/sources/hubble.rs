@@ -136,12 +136,7 @@ impl HubbleConfig {
     pub fn from_args(args: &Args) -> anyhow::Result<Self> {
         let config = HubbleConfig {
             target: HubbleTarget::parse(&args.hubble_address)?,
-            tls: TlsFiles {
-                ca: args.hubble_tls.ca.clone(),
-                cert: args.hubble_tls.cert.clone(),
-                key: args.hubble_tls.key.clone(),
-                server_name: args.hubble_tls.server_name.clone(),
-            },
+            tls: args.hubble_tls.files(),
             node_name: args.node_name.clone(),
             backoff: Backoff::for_streams(),
         };

@@ -2,26 +2,23 @@
 //! a unix socket or TLS on loopback TCP).
 //!
 //! The generated `ObserverServer` encodes `GetFlowsResponse`s with prost, which cannot
-//! produce malformed bytes, so the one method is routed by hand through
-//! `tonic::server::Grpc` with a codec that writes each message's bytes as they are given:
-//! valid responses are prost-encoded by the script, broken ones are written as broken.
+//! produce malformed bytes, so the server is `ne_proto::testing::HubbleServer`, which writes
+//! each message's bytes as they are given: valid responses are prost-encoded by the script,
+//! broken ones are written as broken.
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use bytes::{BufMut, Bytes};
+use bytes::Bytes;
 use ne_proto::observer::{GetFlowsRequest, GetFlowsResponse};
 use ne_proto::prost::Message;
+use ne_proto::testing::{GetFlows, HubbleServer};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream, UnixListenerStream};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::codegen::{BoxFuture, Context, Poll, Service, http};
-use tonic::server::{NamedService, ServerStreamingService};
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::Status;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
-use tonic::{Request, Response, Status};
 
 /// What one `GetFlows` call streams: `messages`, then either the end of the stream or
 /// nothing more until the server is stopped (then the stream fails, like a crashed server).
@@ -78,18 +75,13 @@ impl TestHubble {
 
     /// Serves on a new unix socket at `path` (replacing a stale one) until [`Running::stop`].
     pub fn serve_unix(&self, path: &Path) -> Running {
-        let _ = std::fs::remove_file(path);
-        let listener = tokio::net::UnixListener::bind(path).unwrap();
-        let incoming = UnixListenerStream::new(listener);
-        let stopped = self.stopped();
-        let router = Server::builder().add_service(self.clone());
+        let serve = HubbleServer::new(self.clone())
+            .serve_unix(path, self.stopped())
+            .unwrap();
         Running {
             hubble: self.clone(),
             task: tokio::spawn(async move {
-                router
-                    .serve_with_incoming_shutdown(incoming, stopped)
-                    .await
-                    .unwrap();
+                serve.await.unwrap();
             }),
         }
     }
@@ -108,7 +100,7 @@ impl TestHubble {
         let router = Server::builder()
             .tls_config(tls)
             .unwrap()
-            .add_service(self.clone());
+            .add_service(HubbleServer::new(self.clone()));
         let incoming = TcpListenerStream::new(listener);
         let stopped = self.stopped();
         Running {
@@ -145,111 +137,37 @@ impl Running {
     }
 }
 
-impl NamedService for TestHubble {
-    const NAME: &'static str = "observer.Observer";
-}
-
-impl<B> Service<http::Request<B>> for TestHubble
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Self::Response, Infallible>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let hubble = self.clone();
-        Box::pin(async move {
-            if request.uri().path() != "/observer.Observer/GetFlows" {
-                return Ok(Status::unimplemented(request.uri().path().to_owned()).into_http());
+impl GetFlows for TestHubble {
+    fn get_flows(
+        &self,
+        request: GetFlowsRequest,
+    ) -> Result<mpsc::Receiver<Result<Bytes, Status>>, Status> {
+        let inner = &self.inner;
+        inner.requests.lock().unwrap().push(request);
+        let Some(session) = inner.sessions.lock().unwrap().pop_front() else {
+            return Err(Status::unavailable("no more sessions scripted"));
+        };
+        let (tx, rx) = mpsc::channel(16);
+        let mut stop = inner.stop.subscribe();
+        tokio::spawn(async move {
+            for message in session.messages {
+                if tx.send(Ok(message)).await.is_err() {
+                    return; // the client went away
+                }
             }
-            let mut grpc = tonic::server::Grpc::new(WireCodec);
-            Ok(grpc.server_streaming(GetFlows(hubble), request).await)
-        })
-    }
-}
-
-struct GetFlows(TestHubble);
-
-impl ServerStreamingService<GetFlowsRequest> for GetFlows {
-    type Response = Bytes;
-    type ResponseStream = ReceiverStream<Result<Bytes, Status>>;
-    type Future = BoxFuture<Response<Self::ResponseStream>, Status>;
-
-    fn call(&mut self, request: Request<GetFlowsRequest>) -> Self::Future {
-        let inner = self.0.inner.clone();
-        Box::pin(async move {
-            inner.requests.lock().unwrap().push(request.into_inner());
-            let Some(session) = inner.sessions.lock().unwrap().pop_front() else {
-                return Err(Status::unavailable("no more sessions scripted"));
+            if session.end {
+                return;
+            }
+            let stopped = tokio::select! {
+                stopped = stop.wait_for(|s| *s) => stopped.is_ok(),
+                () = tx.closed() => false,
             };
-            let (tx, rx) = mpsc::channel(16);
-            let mut stop = inner.stop.subscribe();
-            tokio::spawn(async move {
-                for message in session.messages {
-                    if tx.send(Ok(message)).await.is_err() {
-                        return; // the client went away
-                    }
-                }
-                if session.end {
-                    return;
-                }
-                let stopped = tokio::select! {
-                    stopped = stop.wait_for(|s| *s) => stopped.is_ok(),
-                    () = tx.closed() => false,
-                };
-                if stopped {
-                    let _ = tx
-                        .send(Err(Status::unavailable("hubble is restarting")))
-                        .await;
-                }
-            });
-            Ok(Response::new(ReceiverStream::new(rx)))
-        })
-    }
-}
-
-/// Responses go out as the bytes given; requests are decoded with prost.
-#[derive(Clone, Copy, Debug)]
-struct WireCodec;
-
-impl Codec for WireCodec {
-    type Encode = Bytes;
-    type Decode = GetFlowsRequest;
-    type Encoder = WireCodec;
-    type Decoder = WireCodec;
-
-    fn encoder(&mut self) -> WireCodec {
-        WireCodec
-    }
-
-    fn decoder(&mut self) -> WireCodec {
-        WireCodec
-    }
-}
-
-impl Encoder for WireCodec {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put(item);
-        Ok(())
-    }
-}
-
-impl Decoder for WireCodec {
-    type Item = GetFlowsRequest;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<GetFlowsRequest>, Status> {
-        GetFlowsRequest::decode(src)
-            .map(Some)
-            .map_err(|e| Status::invalid_argument(e.to_string()))
+            if stopped {
+                let _ = tx
+                    .send(Err(Status::unavailable("hubble is restarting")))
+                    .await;
+            }
+        });
+        Ok(rx)
     }
 }

@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::transport::Channel;
 
 use crate::otlp::config::Env;
-use crate::otlp::transport::Signal;
+use crate::otlp::signal::Signal;
 use crate::otlp::{ExportConfig, unix_nanos};
 
 /// How much an event matters.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use hyper::header::{HeaderName, HeaderValue};
 
-use super::transport::Signal;
+use super::signal::Signal;
 use crate::tls::TlsFiles;
 
 /// The wire protocol. `grpc` is the default (the OTel spec's default is `http/protobuf`;

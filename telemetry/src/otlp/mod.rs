@@ -15,6 +15,7 @@
 //! (ms, default 60000).
 
 pub mod config;
+pub(crate) mod signal;
 pub(crate) mod transport;
 
 use std::collections::BTreeMap;
@@ -35,7 +36,8 @@ use tonic::transport::Channel;
 
 use self::config::Env;
 pub use self::config::{ExportConfig, Protocol};
-use self::transport::{Signal, Transport};
+use self::signal::Signal;
+use self::transport::Transport;
 use crate::http::Exposition;
 
 /// Nanoseconds since the Unix epoch of `time` (0 before it).

@@ -4,7 +4,6 @@
 //! in [`super`], log events in [`crate::logs`]) decide what to do with a failure; this module
 //! only says whether it is worth retrying.
 
-use std::future::Future;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -21,22 +20,7 @@ use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
 use super::config::{ExportConfig, Protocol};
-
-/// One OTLP signal: its service, its HTTP path and its variables' infix.
-pub(crate) trait Signal {
-    /// In variable names: `OTEL_EXPORTER_OTLP_<NAME>_ENDPOINT`, `OTEL_<NAME>_EXPORTER`.
-    const NAME: &'static str;
-    /// Appended to the generic endpoint for HTTP (`/v1/logs`).
-    const HTTP_PATH: &'static str;
-    type Request: Message + Send + 'static;
-    type Response: Message + Default + Send + 'static;
-
-    /// The gRPC `Export` call.
-    fn grpc(
-        channel: Channel,
-        request: tonic::Request<Self::Request>,
-    ) -> impl Future<Output = Result<tonic::Response<Self::Response>, tonic::Status>> + Send;
-}
+use super::signal::Signal;
 
 /// A failed export.
 #[derive(Debug)]

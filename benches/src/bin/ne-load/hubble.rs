@@ -3,30 +3,25 @@
 //! streaming generated flows ([`ne_benches::Generator::hubble_response`]) at a set rate.
 //!
 //! Each flow is stamped with the wall clock when it is encoded, so the reader's lag is the
-//! real delay from this server to its FlowTable. The method is routed by hand through
-//! `tonic::server::Grpc` with a codec that writes each message's bytes as given (the same
-//! technique as the node agent's scripted test server, `node-agent/tests/hubble/server.rs`,
-//! which replays a fixed script: this one generates an endless paced stream instead).
+//! real delay from this server to its FlowTable. The server is ne-proto's raw Hubble server
+//! (`ne_proto::testing::HubbleServer`, which writes each message's bytes as given), the one
+//! the node agent's scripted test server (`node-agent/tests/hubble/server.rs`) uses to
+//! replay a fixed script: this one generates an endless paced stream instead.
 //! Bytes are counted as they go on the wire: each message plus its 5-byte gRPC frame header.
 
-use std::convert::Infallible;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes};
+use bytes::Bytes;
 use ne_benches::{Config, Generator};
 use ne_flow::flow::Timestamp;
 use ne_proto::observer::{GetFlowsRequest, GetFlowsResponse};
 use ne_proto::prost::Message;
+use ne_proto::testing::{GetFlows, HubbleServer};
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::codegen::{BoxFuture, Context, Poll, Service, http};
-use tonic::server::{NamedService, ServerStreamingService};
-use tonic::transport::Server;
-use tonic::{Request, Response, Status};
+use tonic::Status;
 
 /// Pre-generated flows per node, cycled (generating a flow costs more than reading it).
 const POOL: usize = 4096;
@@ -76,16 +71,13 @@ impl LoadHubble {
 
     /// Serves on a new unix socket at `path` until [`LoadHubble::stop`].
     pub fn serve_unix(&self, path: &Path) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-        let _ = std::fs::remove_file(path);
-        let listener = tokio::net::UnixListener::bind(path)?;
-        let incoming = UnixListenerStream::new(listener);
         let mut stop = self.stop.subscribe();
-        let router = Server::builder().add_service(self.clone());
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        let serve = HubbleServer::new(self.clone()).serve_unix(path, stopped)?;
         Ok(tokio::spawn(async move {
-            let stopped = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            if let Err(error) = router.serve_with_incoming_shutdown(incoming, stopped).await {
+            if let Err(error) = serve.await {
                 eprintln!("hubble server failed: {error}");
             }
         }))
@@ -175,93 +167,18 @@ fn stamp(response: &mut GetFlowsResponse, time: Timestamp) {
     response.time = Some(t);
 }
 
-impl NamedService for LoadHubble {
-    const NAME: &'static str = "observer.Observer";
-}
-
-impl<B> Service<http::Request<B>> for LoadHubble
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Self::Response, Infallible>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let hubble = self.clone();
-        Box::pin(async move {
-            if request.uri().path() != "/observer.Observer/GetFlows" {
-                return Ok(Status::unimplemented(request.uri().path().to_owned()).into_http());
-            }
-            let mut grpc = tonic::server::Grpc::new(WireCodec);
-            Ok(grpc.server_streaming(GetFlows(hubble), request).await)
-        })
-    }
-}
-
-struct GetFlows(LoadHubble);
-
-impl ServerStreamingService<GetFlowsRequest> for GetFlows {
-    type Response = Bytes;
-    type ResponseStream = ReceiverStream<Result<Bytes, Status>>;
-    type Future = BoxFuture<Response<Self::ResponseStream>, Status>;
-
-    fn call(&mut self, _request: Request<GetFlowsRequest>) -> Self::Future {
-        let hubble = self.0.clone();
-        Box::pin(async move {
-            let (tx, rx) = mpsc::channel(256);
-            tokio::spawn(produce(
-                hubble.stream.clone(),
-                hubble.sent.clone(),
-                tx,
-                hubble.stop.subscribe(),
-            ));
-            Ok(Response::new(ReceiverStream::new(rx)))
-        })
-    }
-}
-
-/// Responses go out as the bytes given; requests are decoded with prost.
-#[derive(Clone, Copy, Debug)]
-struct WireCodec;
-
-impl Codec for WireCodec {
-    type Encode = Bytes;
-    type Decode = GetFlowsRequest;
-    type Encoder = WireCodec;
-    type Decoder = WireCodec;
-
-    fn encoder(&mut self) -> WireCodec {
-        WireCodec
-    }
-
-    fn decoder(&mut self) -> WireCodec {
-        WireCodec
-    }
-}
-
-impl Encoder for WireCodec {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put(item);
-        Ok(())
-    }
-}
-
-impl Decoder for WireCodec {
-    type Item = GetFlowsRequest;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<GetFlowsRequest>, Status> {
-        GetFlowsRequest::decode(src)
-            .map(Some)
-            .map_err(|e| Status::invalid_argument(e.to_string()))
+impl GetFlows for LoadHubble {
+    fn get_flows(
+        &self,
+        _request: GetFlowsRequest,
+    ) -> Result<mpsc::Receiver<Result<Bytes, Status>>, Status> {
+        let (tx, rx) = mpsc::channel(256);
+        tokio::spawn(produce(
+            self.stream.clone(),
+            self.sent.clone(),
+            tx,
+            self.stop.subscribe(),
+        ));
+        Ok(rx)
     }
 }

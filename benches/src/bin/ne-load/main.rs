@@ -25,6 +25,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use run::{LoadArgs, Mode};
+
 /// Network Enforcer load harness: agents → leader on one machine, against a central design.
 #[derive(Debug, Parser)]
 #[command(name = "ne-load", version, args_conflicts_with_subcommands = true)]
@@ -32,7 +34,7 @@ struct Cli {
     #[command(subcommand)]
     role: Option<Role>,
     #[command(flatten)]
-    load: run::LoadArgs,
+    load: LoadArgs,
 }
 
 /// The child processes (started by the harness itself).
@@ -74,6 +76,40 @@ fn child(future: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()>
         .block_on(future)
 }
 
+/// Runs the modes asked for ([`run`]) and prints the results ([`report`]).
+fn load(args: &LoadArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.agents >= 1, "--agents must be at least 1");
+    anyhow::ensure!(
+        args.rate == 0.0 || args.churn <= args.rate,
+        "--churn must not exceed --rate"
+    );
+    let dir = std::env::temp_dir().join(format!("ne-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    report::header(args);
+    let modes = match args.mode {
+        Mode::Both => vec![Mode::Agents, Mode::Central],
+        m => vec![m],
+    };
+    let mut results = Vec::new();
+    for mode in modes {
+        let result = run::run_mode(args, mode, &dir);
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        report::mode(args, mode, &result);
+        results.push((mode, result));
+    }
+    if let [(_, agents), (_, central)] = &results[..] {
+        report::compare(agents, central);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.role {
@@ -85,7 +121,7 @@ fn main() -> ExitCode {
         }) => child(roles::agent(socket, leader, id, args)),
         Some(Role::Leader { args }) => child(roles::leader(args)),
         Some(Role::Central { socket, args }) => child(roles::central(socket, args)),
-        None => run::run(&cli.load),
+        None => load(&cli.load),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

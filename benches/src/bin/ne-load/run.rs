@@ -1,5 +1,6 @@
 //! The harness itself: starts the Hubble servers (in this process) and the child
-//! processes, measures a window after a warm-up, and prints what it measured.
+//! processes, measures a window after a warm-up, and returns what it measured (which
+//! `main.rs` prints with [`crate::report`]).
 //!
 //! Per mode: warm-up (streams connect, agents send their snapshots), then `mark` (latency
 //! recording starts) and a reading of every process's CPU time and every counter, the
@@ -176,7 +177,8 @@ fn role_args(role: &RoleArgs) -> Vec<String> {
     ]
 }
 
-fn run_mode(args: &LoadArgs, mode: Mode, dir: &Path) -> anyhow::Result<ModeResult> {
+/// Runs one mode in `dir` (its sockets) and returns what it measured.
+pub fn run_mode(args: &LoadArgs, mode: Mode, dir: &Path) -> anyhow::Result<ModeResult> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -290,38 +292,4 @@ fn run_mode(args: &LoadArgs, mode: Mode, dir: &Path) -> anyhow::Result<ModeResul
         agents: measured,
         leader,
     })
-}
-
-/// Runs the modes asked for and prints the results.
-pub fn run(args: &LoadArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.agents >= 1, "--agents must be at least 1");
-    anyhow::ensure!(
-        args.rate == 0.0 || args.churn <= args.rate,
-        "--churn must not exceed --rate"
-    );
-    let dir = std::env::temp_dir().join(format!("ne-load-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    crate::report::header(args);
-    let modes = match args.mode {
-        Mode::Both => vec![Mode::Agents, Mode::Central],
-        m => vec![m],
-    };
-    let mut results = Vec::new();
-    for mode in modes {
-        let result = run_mode(args, mode, &dir);
-        let result = match result {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
-            }
-        };
-        crate::report::mode(args, mode, &result);
-        results.push((mode, result));
-    }
-    if let [(_, agents), (_, central)] = &results[..] {
-        crate::report::compare(agents, central);
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(())
 }
