@@ -19,6 +19,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use ne_flow::edge::Provider;
 use ne_policy::allowlist::LearnOptions;
+use ne_telemetry::runtime;
 use tokio_stream::wrappers::TcpListenerStream;
 
 mod leadership;
@@ -47,11 +48,7 @@ impl From<ProviderArg> for Provider {
 
 /// Runs the live leader until SIGINT or SIGTERM.
 pub fn main(args: &RunArgs) -> anyhow::Result<()> {
-    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .try_init();
+    runtime::init_logging(runtime::LogFormat::Text);
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -98,7 +95,7 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         written: String::new(),
     };
     rounds
-        .run(args.flush_interval, &leadership, shutdown_signal())
+        .run(args.flush_interval, &leadership, runtime::shutdown_signal())
         .await?;
     tracing::info!("shutting down");
     server.abort();
@@ -179,25 +176,4 @@ fn identity(args: &RunArgs) -> String {
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "ne-leader".to_owned());
         format!("{host}-{}", std::process::id())
     })
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
 }
