@@ -218,26 +218,17 @@ impl Controller {
             self.settings.provider,
             &self.settings.options,
         );
-        let gauge = |family: &prometheus_client::metrics::family::Family<ReasonLabel, _>,
-                     tallies: &mut dyn Iterator<Item = (&'static str, u64)>| {
-            family.clear();
-            for (reason, edges) in tallies {
-                let gauge: &prometheus_client::metrics::gauge::Gauge =
-                    &family.get_or_create(&ReasonLabel { reason });
-                gauge.set(i64::try_from(edges).unwrap_or(i64::MAX));
-            }
-        };
         let summary = &learned.summary;
-        gauge(
+        set_by_reason(
             &self.metrics.unresolved_subjects,
-            &mut summary
+            summary
                 .unresolved_subjects
                 .iter()
                 .map(|(why, t)| (why.as_str(), t.edges)),
         );
-        gauge(
+        set_by_reason(
             &self.metrics.unexpressible_peers,
-            &mut summary
+            summary
                 .unresolved_peers
                 .iter()
                 .map(|(why, t)| (why.as_str(), t.edges)),
@@ -290,19 +281,14 @@ impl Controller {
             now: &now,
         };
         let plan = plan::plan(&world, &self.config);
-        self.metrics.proposals_skipped.clear();
         let unrendered = u64::try_from(learned.unrendered.len()).unwrap_or(u64::MAX);
-        let skipped = plan
-            .skipped
-            .iter()
-            .map(|(reason, n)| (*reason, *n))
-            .chain((unrendered > 0).then_some(("unrenderable", unrendered)));
-        for (reason, n) in skipped {
-            self.metrics
-                .proposals_skipped
-                .get_or_create(&ReasonLabel { reason })
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
-        }
+        set_by_reason(
+            &self.metrics.proposals_skipped,
+            plan.skipped
+                .iter()
+                .map(|(reason, n)| (*reason, *n))
+                .chain((unrendered > 0).then_some(("unrenderable", unrendered))),
+        );
         plan
     }
 
@@ -344,6 +330,22 @@ struct ClusterView {
     snapshot: ClusterSnapshot,
     /// Objects left out of it.
     skipped: usize,
+}
+
+/// Sets a gauge family to exactly `values`, by reason (reasons not listed are removed).
+fn set_by_reason(
+    family: &prometheus_client::metrics::family::Family<
+        ReasonLabel,
+        prometheus_client::metrics::gauge::Gauge,
+    >,
+    values: impl IntoIterator<Item = (&'static str, u64)>,
+) {
+    family.clear();
+    for (reason, n) in values {
+        family
+            .get_or_create(&ReasonLabel { reason })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
 }
 
 /// Now, in whole seconds as the API server stores times: a condition written now compares
