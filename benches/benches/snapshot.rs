@@ -76,19 +76,19 @@ fn snapshot(c: &mut Criterion) {
     group.sample_size(20);
     for pods in [1_000, 10_000] {
         let objects = cluster(pods);
-        let (_, skipped) = ClusterSnapshot::from_objects(objects.clone());
+        let (_, skipped) = ClusterSnapshot::from_objects(objects.clone(), []);
         assert_eq!(skipped, 0, "every generated object is usable");
         group.throughput(Throughput::Elements(pods as u64));
         group.bench_with_input(
             BenchmarkId::new("clone_and_build", pods),
             &objects,
-            |b, objects| b.iter(|| black_box(ClusterSnapshot::from_objects(objects.clone()))),
+            |b, objects| b.iter(|| black_box(ClusterSnapshot::from_objects(objects.clone(), []))),
         );
         // The build alone (the clone happens outside the timed part).
         group.bench_with_input(BenchmarkId::new("build", pods), &objects, |b, objects| {
             b.iter_batched(
                 || objects.clone(),
-                |o| black_box(ClusterSnapshot::from_objects(o)),
+                |o| black_box(ClusterSnapshot::from_objects(o, [])),
                 BatchSize::LargeInput,
             )
         });

@@ -14,7 +14,7 @@ use ne_crds::{PolicyDirection, TargetKind, WorkloadNetworkPolicy};
 use ne_flow::edge::Edge;
 use ne_flow::flow::{Direction, WorkloadKind, WorkloadRef};
 use ne_policy::eval::{self, Decision, EvalError, PolicyRef};
-use ne_policy::resolve::{Resolution, Resolver};
+use ne_policy::resolve::{Resolution, Resolver, Seen};
 
 /// `(namespace, kind, name, direction)`: what a policy targets.
 pub type TargetKey = (String, TargetKind, String, PolicyDirection);
@@ -81,10 +81,15 @@ impl<'p, P: Targeted> Targets<'p, P> {
         self.by_target.iter().map(|(k, p)| (k, *p))
     }
 
-    /// What `edge` concerns, its subject resolved by `resolver` (the peer is resolved only
-    /// by the caller that needs it: most edges concern no policy).
-    pub fn attribute(&self, edge: &Edge, resolver: &dyn Resolver) -> (Resolution, Target<'p, P>) {
-        let subject = resolver.resolve(&edge.subject);
+    /// What `edge` concerns, its subject resolved by `resolver` as it was while `seen` (the
+    /// peer is resolved only by the caller that needs it: most edges concern no policy).
+    pub fn attribute(
+        &self,
+        edge: &Edge,
+        seen: Seen,
+        resolver: &dyn Resolver,
+    ) -> (Resolution, Target<'p, P>) {
+        let subject = resolver.resolve_at(&edge.subject, seen);
         let target = match subject_workload(&subject) {
             None => Target::NotASubject,
             Some(owner) => {

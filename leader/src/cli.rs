@@ -112,6 +112,13 @@ pub struct RunArgs {
     /// Largest burst of API writes.
     #[arg(long, env = "NE_API_WRITE_BURST", default_value_t = 50)]
     pub api_write_burst: u32,
+    /// How long a deleted pod is remembered, so that edges of its lifetime keep resolving
+    /// to it (agents keep an edge for up to an hour after its last flow).
+    #[arg(long, env = "NE_POD_HISTORY_RETENTION", default_value = "90m", value_parser = ne_flow::time::parse_duration)]
+    pub pod_history_retention: std::time::Duration,
+    /// Most deleted pods remembered; the oldest are forgotten first (counted).
+    #[arg(long, env = "NE_POD_HISTORY_MAX", default_value_t = 100_000)]
+    pub pod_history_max: usize,
     /// OpenTelemetry export: `otlp` sends metrics and violation log events to the
     /// collector the standard `OTEL_EXPORTER_OTLP_*` variables name (nothing when no
     /// endpoint is set); `none` sends nothing (`/metrics` is served either way).
@@ -149,10 +156,13 @@ pub struct InputArgs {
     /// Flow files to read.
     #[arg(long, short, required = true, num_args = 1..)]
     pub input: Vec<PathBuf>,
-    /// Cluster snapshot (`kubectl get namespaces,pods,replicasets,deployments,statefulsets,daemonsets,jobs,cronjobs -A -o yaml`)
-    /// to resolve pods to workloads exactly as in a cluster.
+    /// The cluster during the capture, to resolve pods to workloads exactly as in a
+    /// cluster; repeat it, oldest first, to give the capture's history. Each is a snapshot
+    /// (`kubectl get namespaces,pods,replicasets,deployments,statefulsets,daemonsets,jobs,cronjobs -A -o yaml`,
+    /// or `-o json`) or a watch stream (`kubectl get pods -A -w -o json`, with or without
+    /// `--output-watch-events`).
     #[arg(long)]
-    pub cluster: Option<PathBuf>,
+    pub cluster: Vec<PathBuf>,
     /// Input format.
     #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
     pub format: InputFormat,

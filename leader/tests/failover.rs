@@ -106,7 +106,7 @@ fn learned(inputs: Vec<PathBuf>, what: &str) -> BTreeMap<String, String> {
     let args = LearnArgs {
         input: InputArgs {
             input: inputs,
-            cluster: None,
+            cluster: Vec::new(),
             format: InputFormat::Auto,
             strict: false,
         },

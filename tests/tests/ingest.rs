@@ -345,7 +345,7 @@ async fn the_live_pipeline_proposes_what_offline_learn_proposes() {
         let offline = ne_leader::offline::learn::learn(&LearnArgs {
             input: InputArgs {
                 input: vec![path.clone()],
-                cluster: None,
+                cluster: Vec::new(),
                 format: InputFormat::Auto,
                 strict: false,
             },

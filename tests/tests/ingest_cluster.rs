@@ -112,7 +112,7 @@ fn learned_offline(dir: &Path) -> BTreeMap<String, String> {
     let args = LearnArgs {
         input: InputArgs {
             input: vec![capture()],
-            cluster: None,
+            cluster: Vec::new(),
             format: InputFormat::Auto,
             strict: false,
         },

@@ -24,7 +24,7 @@ fn args(inputs: &[PathBuf], cluster: Option<PathBuf>) -> LearnArgs {
     LearnArgs {
         input: InputArgs {
             input: inputs.to_vec(),
-            cluster,
+            cluster: cluster.into_iter().collect(),
             format: InputFormat::Auto,
             strict: false,
         },

@@ -36,7 +36,7 @@ fn e2e_cluster(ns: &str) -> ne_policy::resolve::ClusterSnapshot {
         objects.replicasets.push(rs);
         objects.pods.push(pod);
     }
-    let (snapshot, skipped) = ClusterSnapshot::from_objects(objects);
+    let (snapshot, skipped) = ClusterSnapshot::from_objects(objects, []);
     assert_eq!(skipped, 0);
     snapshot
 }

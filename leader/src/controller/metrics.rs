@@ -61,6 +61,12 @@ pub struct ControllerMetrics {
     pub violations_unattributed: Counter,
     /// Violation log events handed to the exporter, by event name.
     pub violation_events: Family<EventLabel, Counter>,
+    /// Deleted pods remembered for attribution, their estimated bytes, the cap, and the
+    /// ones forgotten by reason (expired, capacity).
+    pub pod_history: Gauge,
+    pub pod_history_bytes: Gauge,
+    pub pod_history_capacity: Gauge,
+    pub pod_history_evicted: Family<ReasonLabel, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -85,6 +91,10 @@ impl Default for ControllerMetrics {
             violations_observed: Family::default(),
             violations_unattributed: Counter::default(),
             violation_events: Family::default(),
+            pod_history: Gauge::default(),
+            pod_history_bytes: Gauge::default(),
+            pod_history_capacity: Gauge::default(),
+            pod_history_evicted: Family::default(),
         }
     }
 }
@@ -125,7 +135,7 @@ impl ControllerMetrics {
         );
         r.register(
             "leader_unresolved_subjects",
-            "Merged edges whose subject is not a known workload, by reason (no_owner_info, not_found, ambiguous, no_selector)",
+            "Merged edges whose subject is not a known workload, by reason (no_owner_info, not_found, ambiguous, no_selector, pod_not_listed, address_not_held, address_reused)",
             self.unresolved_subjects.clone(),
         );
         r.register(
@@ -147,6 +157,27 @@ impl ControllerMetrics {
             "leader_violation_events",
             "Violation log events handed to the OTLP exporter, by event",
             self.violation_events.clone(),
+        );
+        r.register(
+            "leader_pod_history_pods",
+            "Deleted pods remembered so that the edges of their lifetime keep resolving to them",
+            self.pod_history.clone(),
+        );
+        r.register_with_unit(
+            "leader_pod_history",
+            "Estimated memory held by the remembered deleted pods",
+            Unit::Bytes,
+            self.pod_history_bytes.clone(),
+        );
+        r.register(
+            "leader_pod_history_capacity",
+            "Most deleted pods remembered (--pod-history-max)",
+            self.pod_history_capacity.clone(),
+        );
+        r.register(
+            "leader_pod_history_evicted",
+            "Deleted pods forgotten, by reason (expired: older than --pod-history-retention; capacity: pushed out at --pod-history-max)",
+            self.pod_history_evicted.clone(),
         );
     }
 }

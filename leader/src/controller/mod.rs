@@ -16,6 +16,7 @@
 //! cluster already matches writes nothing.
 
 mod error;
+mod history;
 pub mod metrics;
 pub mod plan;
 mod rules;
@@ -33,9 +34,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use ne_crds::Backend;
 use ne_flow::edge::Provider;
+use ne_flow::flow::Timestamp;
 use ne_policy::allowlist::{LearnOptions, backend_for};
 use ne_policy::index::MergedEdge;
-use ne_policy::resolve::ClusterSnapshot;
+use ne_policy::resolve::{ClusterSnapshot, GonePod};
 use ne_telemetry::logs::LogSender;
 
 pub use error::Error;
@@ -62,6 +64,9 @@ pub struct Settings {
     pub write_burst: u32,
     /// This replica's identity (Events name it).
     pub identity: String,
+    /// How long, and how many, deleted pods are remembered for attribution.
+    pub pod_history_retention: Duration,
+    pub pod_history_max: usize,
 }
 
 /// The controller: its caches, its writer and what it is told.
@@ -73,6 +78,8 @@ pub struct Controller {
     metrics: Arc<metrics::ControllerMetrics>,
     /// The resolver of the last round.
     resolver: Option<ClusterView>,
+    /// Pods deleted since this replica started, for the edges of their lifetime.
+    history: history::PodHistory,
     /// Violation fields written and not yet seen in the cache, by policy.
     written: HashMap<(String, String), WrittenViolations>,
     rules: rules::RuleChecks,
@@ -136,6 +143,9 @@ impl Controller {
             stable_after: settings.stable_after,
             status_refresh: settings.status_refresh,
         };
+        metrics
+            .pod_history_capacity
+            .set(i64::try_from(settings.pod_history_max).unwrap_or(i64::MAX));
         let writer = Writer::new(
             client,
             &settings.identity,
@@ -143,6 +153,8 @@ impl Controller {
             metrics.clone(),
             ViolationEvents::new(settings.provider, events.clone()),
         );
+        let history =
+            history::PodHistory::new(settings.pod_history_retention, settings.pod_history_max);
         Ok(Controller {
             stores,
             writer,
@@ -153,6 +165,7 @@ impl Controller {
             written: HashMap::new(),
             rules: rules::RuleChecks::default(),
             resolver: None,
+            history,
             _reflectors: reflectors,
         })
     }
@@ -187,15 +200,21 @@ impl Controller {
         }
     }
 
-    /// The resolver of the cluster's current state: the last round's, unless a store it
-    /// reads changed (at 10 000 pods a rebuild costs about 0.16 s, see BENCHMARKS.md
-    /// "snapshot").
+    /// The resolver of the cluster's current state and its recent past: the last round's,
+    /// unless a store it reads changed (at 10 000 pods a rebuild costs about 0.16 s, see
+    /// BENCHMARKS.md "snapshot"). Pods the new state no longer lists join the history.
     fn cluster_view(&mut self) -> ClusterView {
         let generation = self.stores.resolver_generation();
         let view = match self.resolver.take() {
             Some(cached) if cached.generation == generation => cached,
-            _ => {
-                let (snapshot, skipped) = self.stores.snapshot();
+            previous => {
+                let (mut snapshot, skipped) = self.stores.snapshot(self.history.pods());
+                if let Some(previous) = previous {
+                    let now = Timestamp::now();
+                    let gone = previous.snapshot.gone_since(&snapshot, now);
+                    snapshot.add_gone(&gone);
+                    self.remember(gone, now);
+                }
                 ClusterView {
                     generation,
                     snapshot,
@@ -207,6 +226,26 @@ impl Controller {
             .objects_skipped
             .set(i64::try_from(view.skipped).unwrap_or(i64::MAX));
         view
+    }
+
+    /// Adds pods found gone to the history, and exports its size.
+    fn remember(&mut self, gone: Vec<GonePod>, now: Timestamp) {
+        if !gone.is_empty() {
+            tracing::debug!(pods = gone.len(), "pods gone; kept for attribution");
+        }
+        for (why, n) in self.history.record(gone, now) {
+            self.metrics
+                .pod_history_evicted
+                .get_or_create(&ReasonLabel {
+                    reason: why.as_str(),
+                })
+                .inc_by(n);
+        }
+        let m = &self.metrics;
+        m.pod_history
+            .set(i64::try_from(self.history.len()).unwrap_or(i64::MAX));
+        m.pod_history_bytes
+            .set(i64::try_from(self.history.bytes()).unwrap_or(i64::MAX));
     }
 
     /// Learning: the merged edges, resolved against the cluster, as proposals; what could

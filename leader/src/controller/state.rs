@@ -23,7 +23,7 @@ use kube::{Api, Client, Resource};
 use ne_crds::{
     AuthorizationPolicy, TargetKind, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
 };
-use ne_policy::resolve::{ClusterObjects, ClusterSnapshot};
+use ne_policy::resolve::{ClusterObjects, ClusterSnapshot, GonePod};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
@@ -188,18 +188,25 @@ impl Stores {
         self.resolver_changes.load(Ordering::Relaxed)
     }
 
-    /// The resolver over the current objects, and the count of objects it left out.
-    pub fn snapshot(&self) -> (ClusterSnapshot, usize) {
-        ClusterSnapshot::from_objects(ClusterObjects {
-            namespaces: owned(&self.namespaces),
-            pods: owned(&self.pods),
-            replicasets: owned(&self.replicasets),
-            deployments: owned(&self.deployments),
-            statefulsets: owned(&self.statefulsets),
-            daemonsets: owned(&self.daemonsets),
-            jobs: owned(&self.jobs),
-            cronjobs: owned(&self.cronjobs),
-        })
+    /// The resolver over the current objects and the pods known gone, and the count of
+    /// objects it left out.
+    pub fn snapshot<'g>(
+        &self,
+        gone: impl IntoIterator<Item = &'g GonePod>,
+    ) -> (ClusterSnapshot, usize) {
+        ClusterSnapshot::from_objects(
+            ClusterObjects {
+                namespaces: owned(&self.namespaces),
+                pods: owned(&self.pods),
+                replicasets: owned(&self.replicasets),
+                deployments: owned(&self.deployments),
+                statefulsets: owned(&self.statefulsets),
+                daemonsets: owned(&self.daemonsets),
+                jobs: owned(&self.jobs),
+                cronjobs: owned(&self.cronjobs),
+            },
+            gone,
+        )
     }
 
     /// Deployments, StatefulSets and DaemonSets: the possible proposal owners.

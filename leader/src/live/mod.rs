@@ -158,6 +158,8 @@ async fn controller(
         writes_per_second: args.api_writes_per_second,
         write_burst: args.api_write_burst,
         identity: identity(args),
+        pod_history_retention: args.pod_history_retention,
+        pod_history_max: args.pod_history_max,
     };
     let controller = Controller::start(
         client,

@@ -22,7 +22,7 @@ use ne_crds::{
 use ne_flow::flow::{Direction, EndpointId, Timestamp};
 use ne_flow::time::format_rfc3339;
 use ne_policy::eval::{Decision, PolicyRef};
-use ne_policy::resolve::Resolution;
+use ne_policy::resolve::{Resolution, Seen};
 use serde::Serialize;
 
 use super::report::{self, Table};
@@ -128,8 +128,9 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
             p.file.display()
         )
     })?;
-    let ingested = ingest(&args.input)?;
-    let resolver = resolver(args.input.cluster.as_deref())?;
+    let resolvers = resolver(&args.input.cluster)?;
+    let ingested = ingest(&args.input, resolvers.cluster())?;
+    let resolver = resolvers.as_resolver();
     let mut found: BTreeMap<(String, String, String, &'static str, u16, &'static str), Violation> =
         BTreeMap::new();
     let (mut allowed_flows, mut unchecked_flows, mut unattributed_flows) = (0, 0, 0);
@@ -139,8 +140,9 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
     let mut used: BTreeSet<TargetKey> = BTreeSet::new();
     for snap in &ingested.edges {
         let edge = &snap.edge;
-        let (subject, target) = index.attribute(edge, resolver.as_ref());
-        let peer = resolver.resolve(&edge.peer);
+        let when = Seen::between(snap.first_seen, snap.last_seen);
+        let (subject, target) = index.attribute(edge, when, resolver);
+        let peer = resolver.resolve_at(&edge.peer, when);
         if let Some(owner) = subject_workload(&peer) {
             seen.insert(workload_key(owner));
         }

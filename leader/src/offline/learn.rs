@@ -18,6 +18,8 @@ use crate::{learning, output};
 pub struct LearnReport {
     pub provider: &'static str,
     pub files: Vec<FileReport>,
+    /// The cluster inputs (`--cluster`), oldest first.
+    pub cluster: Vec<std::path::PathBuf>,
     /// Flows that made no edge, by reason.
     pub flows_without_edge: BTreeMap<&'static str, u64>,
     /// Edges dropped because the aggregation table was full.
@@ -29,20 +31,20 @@ pub struct LearnReport {
 
 /// Learns proposals from the inputs `args` names. Pure apart from reading the inputs.
 pub fn learn(args: &LearnArgs) -> anyhow::Result<LearnReport> {
+    let resolver = resolver(&args.input.cluster)?;
     let Ingested {
         provider,
         edges,
         files,
         edge_skips,
         table_drops,
-    } = ingest(&args.input)?;
-    let resolver = resolver(args.input.cluster.as_deref())?;
+    } = ingest(&args.input, resolver.cluster())?;
     let options = LearnOptions {
         exclude_namespaces: args.exclude_namespaces.iter().cloned().collect(),
     };
     let learned = learning::learn(
         learning::snapshots(&edges),
-        resolver.as_ref(),
+        resolver.as_resolver(),
         provider,
         &options,
     );
@@ -56,6 +58,7 @@ pub fn learn(args: &LearnArgs) -> anyhow::Result<LearnReport> {
     Ok(LearnReport {
         provider: provider.as_str(),
         files,
+        cluster: args.input.cluster.clone(),
         flows_without_edge: edge_skips.iter().map(|(k, v)| (k.as_str(), *v)).collect(),
         table_drops,
         summary,
@@ -118,9 +121,14 @@ fn write_summary(out: &mut impl Write, report: &LearnReport) -> std::io::Result<
             .iter()
             .map(|(k, v)| (k.to_string(), *v)),
     )?;
+    let unresolved = if report.cluster.is_empty() {
+        "subjects not resolved (use --cluster)"
+    } else {
+        "subjects not resolved"
+    };
     report::counts(
         out,
-        "subjects not resolved (use --cluster)",
+        unresolved,
         s.unresolved_subjects
             .iter()
             .map(|(k, t)| (k.as_str().to_owned(), t.flows)),

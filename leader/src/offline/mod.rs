@@ -55,8 +55,10 @@ impl Ingested {
     }
 }
 
-/// Reads, decodes and aggregates every input file.
-pub fn ingest(args: &InputArgs) -> anyhow::Result<Ingested> {
+/// Reads, decodes and aggregates every input file. With the cluster's history, an
+/// endpoint known only by its address is first pinned to the pod that held the address at
+/// the record's time, so that an edge never mixes two holders.
+pub fn ingest(args: &InputArgs, cluster: Option<&ClusterSnapshot>) -> anyhow::Result<Ingested> {
     let table = FlowTable::new(TABLE_CAPACITY);
     let mut files = Vec::with_capacity(args.input.len());
     let mut edge_skips = BTreeMap::new();
@@ -76,7 +78,11 @@ pub fn ingest(args: &InputArgs) -> anyhow::Result<Ingested> {
             ),
             _ => provider = Some((format.provider(), path)),
         }
-        let stats = decode_file(path, format, &bytes, args.strict, |flow| {
+        let stats = decode_file(path, format, &bytes, args.strict, |mut flow| {
+            if let Some(cluster) = cluster {
+                cluster.pin(&mut flow.source, flow.time);
+                cluster.pin(&mut flow.destination, flow.time);
+            }
             if let Err(skip) = table.record_flow(&flow, format.provider()) {
                 *edge_skips.entry(skip).or_insert(0) += 1;
             }
@@ -95,18 +101,53 @@ pub fn ingest(args: &InputArgs) -> anyhow::Result<Ingested> {
     })
 }
 
-/// The resolver `--cluster` asks for: a cluster snapshot, or only what records carry.
-pub fn resolver(cluster: Option<&Path>) -> anyhow::Result<Box<dyn Resolver>> {
-    Ok(match cluster {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read cluster snapshot {}", path.display()))?;
-            let snapshot = ClusterSnapshot::from_yaml(&text)
-                .with_context(|| format!("cluster snapshot {} is not usable", path.display()))?;
-            Box::new(snapshot)
+/// The resolver `--cluster` asks for: the cluster's history from every input given, or
+/// only what records carry.
+pub fn resolver(cluster: &[PathBuf]) -> anyhow::Result<Resolvers> {
+    if cluster.is_empty() {
+        return Ok(Resolvers::RecordOnly);
+    }
+    let texts = cluster
+        .iter()
+        .map(|path| {
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read cluster input {}", path.display()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let snapshot =
+        ClusterSnapshot::from_inputs(texts.iter().map(String::as_str)).map_err(|(i, e)| {
+            anyhow::Error::new(e).context(format!(
+                "cluster input {} is not usable",
+                cluster[i].display()
+            ))
+        })?;
+    Ok(Resolvers::Cluster(Box::new(snapshot)))
+}
+
+/// The resolver of an offline run.
+#[derive(Debug)]
+pub enum Resolvers {
+    /// What the records carry, nothing more (no `--cluster`).
+    RecordOnly,
+    /// The cluster's history.
+    Cluster(Box<ClusterSnapshot>),
+}
+
+impl Resolvers {
+    pub fn as_resolver(&self) -> &dyn Resolver {
+        match self {
+            Resolvers::RecordOnly => &RecordOnly,
+            Resolvers::Cluster(snapshot) => snapshot.as_ref(),
         }
-        None => Box::new(RecordOnly),
-    })
+    }
+
+    /// The cluster history, when one was given.
+    pub fn cluster(&self) -> Option<&ClusterSnapshot> {
+        match self {
+            Resolvers::RecordOnly => None,
+            Resolvers::Cluster(snapshot) => Some(snapshot),
+        }
+    }
 }
 
 fn resolve_format(requested: InputFormat, path: &Path, bytes: &[u8]) -> anyhow::Result<Format> {

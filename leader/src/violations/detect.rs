@@ -22,7 +22,7 @@ use ne_flow::flow::{Direction, Endpoint, EndpointId};
 use ne_policy::allowlist::kube_time;
 use ne_policy::eval::Decision;
 use ne_policy::index::MergedEdge;
-use ne_policy::resolve::{Resolution, Resolver};
+use ne_policy::resolve::{Resolution, Resolver, Seen};
 
 use super::record::{Observation, UNKNOWN_PORT};
 use crate::attribution::{Target, Targets, decide};
@@ -188,11 +188,12 @@ pub fn detect(
     let mut unattributed = Vec::new();
     for m in traffic.edges {
         let edge = &m.edge;
-        let (subject, Target::Policy(_, policy)) = monitored.attribute(edge, resolver) else {
+        let seen = Seen::between(m.first_seen, m.last_seen);
+        let (subject, Target::Policy(_, policy)) = monitored.attribute(edge, seen, resolver) else {
             continue;
         };
         let key = key_of(policy);
-        let peer = resolver.resolve(&edge.peer);
+        let peer = resolver.resolve_at(&edge.peer, seen);
         match decide(policy, edge, &subject, &peer) {
             Ok(Decision::Denied { .. }) => {}
             Ok(_) => {
@@ -213,8 +214,9 @@ pub fn detect(
     ] {
         for m in edges {
             let edge = &m.edge;
-            let (subject, target) = policies.attribute(edge, resolver);
-            let peer = resolver.resolve(&edge.peer);
+            let seen = Seen::between(m.first_seen, m.last_seen);
+            let (subject, target) = policies.attribute(edge, seen, resolver);
+            let peer = resolver.resolve_at(&edge.peer, seen);
             let o = observation(m, &subject, &peer, mode);
             match target {
                 Target::Policy(_, policy) => {

@@ -27,6 +27,14 @@ impl Timestamp {
     pub fn from_secs(secs: i64) -> Self {
         Timestamp(secs.saturating_mul(1_000_000_000))
     }
+
+    /// The system clock's time now.
+    pub fn now() -> Self {
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timestamp(i64::try_from(since.as_nanos()).unwrap_or(i64::MAX))
+    }
 }
 
 /// The kinds of Kubernetes object a pod can belong to.

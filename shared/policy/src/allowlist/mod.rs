@@ -40,7 +40,7 @@ pub use render::{
 };
 pub use summary::{AllowListSummary, InvalidEdge, LearnSummary, PeerSkip, Tally};
 
-use crate::resolve::{Resolution, Resolver, Unresolved};
+use crate::resolve::{Resolution, Resolver, Seen, Unresolved};
 use ne_flow::edge::{Edge, Provider};
 use ne_flow::flow::{Direction, Protocol, Reserved, Str, Timestamp, WorkloadKind, WorkloadRef};
 
@@ -216,7 +216,8 @@ impl<'r> Learner<'r> {
                 .add(e.count);
             return;
         }
-        let (subject, selector) = match self.subject(e.edge) {
+        let seen = Seen::between(e.first_seen, e.last_seen);
+        let (subject, selector) = match self.subject(e.edge, seen) {
             Ok(found) => found,
             Err(skip) => {
                 let s = &mut self.summary;
@@ -231,7 +232,7 @@ impl<'r> Learner<'r> {
                 return;
             }
         };
-        let peer = self.peer(e.edge);
+        let peer = self.peer(e.edge, seen);
         let entry = self
             .entries
             .entry((subject, e.edge.direction))
@@ -286,11 +287,11 @@ impl<'r> Learner<'r> {
         namespace.is_some_and(|ns| self.options.exclude_namespaces.contains(ns))
     }
 
-    fn subject(&self, edge: &Edge) -> Result<(WorkloadRef, SelectorKey), SubjectSkip> {
+    fn subject(&self, edge: &Edge, seen: Seen) -> Result<(WorkloadRef, SelectorKey), SubjectSkip> {
         if self.excluded(edge.subject.id.namespace()) {
             return Err(SubjectSkip::Excluded);
         }
-        let pod = match self.resolver.resolve(&edge.subject) {
+        let pod = match self.resolver.resolve_at(&edge.subject, seen) {
             Resolution::Pod(p) => p,
             Resolution::External(_) => return Err(SubjectSkip::External),
             Resolution::Reserved(r) => return Err(SubjectSkip::Reserved(r)),
@@ -315,7 +316,7 @@ impl<'r> Learner<'r> {
         Ok((owner, selector))
     }
 
-    fn peer(&self, edge: &Edge) -> Result<PeerKey, PeerOmission> {
+    fn peer(&self, edge: &Edge, seen: Seen) -> Result<PeerKey, PeerOmission> {
         let unresolved = |why| Err(PeerOmission::Unresolved(why));
         if self.provider == Provider::Istio {
             return match edge.peer.identity.as_deref().filter(|id| !id.is_empty()) {
@@ -325,7 +326,7 @@ impl<'r> Learner<'r> {
                 None => unresolved(PeerSkip::NoIdentity),
             };
         }
-        match self.resolver.resolve(&edge.peer) {
+        match self.resolver.resolve_at(&edge.peer, seen) {
             Resolution::Pod(p) => match &p.selector {
                 Some(s) => Ok(PeerKey::Pods {
                     namespace: p.namespace.to_string(),

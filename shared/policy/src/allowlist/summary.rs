@@ -50,6 +50,12 @@ pub enum PeerSkip {
     UnknownIdentity,
     /// Istio: the peer has no mesh principal.
     NoIdentity,
+    /// See [`Unresolved::PodNotListed`].
+    PodNotListed,
+    /// See [`Unresolved::AddressNotHeld`].
+    AddressNotHeld,
+    /// See [`Unresolved::AddressReused`].
+    AddressReused,
 }
 
 impl PeerSkip {
@@ -63,6 +69,9 @@ impl PeerSkip {
             PeerSkip::WorldWithoutAddress => "world_without_address",
             PeerSkip::UnknownIdentity => "unknown_identity",
             PeerSkip::NoIdentity => "no_identity",
+            PeerSkip::PodNotListed => "pod_not_listed",
+            PeerSkip::AddressNotHeld => "address_not_held",
+            PeerSkip::AddressReused => "address_reused",
         }
     }
 }
@@ -74,6 +83,9 @@ impl From<Unresolved> for PeerSkip {
             Unresolved::NotFound => PeerSkip::NotFound,
             Unresolved::Ambiguous => PeerSkip::Ambiguous,
             Unresolved::NoSelector => PeerSkip::NoSelector,
+            Unresolved::PodNotListed => PeerSkip::PodNotListed,
+            Unresolved::AddressNotHeld => PeerSkip::AddressNotHeld,
+            Unresolved::AddressReused => PeerSkip::AddressReused,
         }
     }
 }

@@ -14,7 +14,7 @@ use ne_flow::flow::{Endpoint, EndpointId, labels};
 struct MapResolver(HashMap<EndpointId, Resolution>);
 
 impl Resolver for MapResolver {
-    fn resolve(&self, endpoint: &Endpoint) -> Resolution {
+    fn resolve_at(&self, endpoint: &Endpoint, _: crate::resolve::Seen) -> Resolution {
         match (self.0.get(&endpoint.id), &endpoint.id) {
             (Some(r), _) => r.clone(),
             (None, EndpointId::External(ip)) => Resolution::External(*ip),
@@ -945,7 +945,7 @@ proptest! {
                 continue;
             };
             let ns = p.object.metadata.namespace.as_deref().unwrap();
-            let decision = check_edge(PolicyRef::from(&p.object.spec), ns, e, &r).unwrap();
+            let decision = check_edge(PolicyRef::from(&p.object.spec), ns, e, crate::resolve::Seen::UNKNOWN, &r).unwrap();
             if learnable(e, provider, &r) {
                 prop_assert!(matches!(decision, Decision::Allowed { .. }), "{:?} {:?}", e, decision);
                 prop_assert!(p.evidence.iter().any(|row| row.port == e.port && row.protocol == e.protocol));

@@ -33,7 +33,7 @@ use serde::Serialize;
 
 pub use cidr::Cidr;
 
-use crate::resolve::{NamedPort, Resolution, Resolver};
+use crate::resolve::{NamedPort, Resolution, Resolver, Seen};
 use ne_flow::edge::Edge;
 use ne_flow::flow::{Direction, Protocol, Reserved, Str};
 
@@ -236,16 +236,17 @@ pub fn validate(policy: PolicyRef<'_>) -> Vec<SpecIssue> {
 }
 
 /// Checks one learned or observed edge (a violation candidate) against a policy: resolves
-/// both ends with `resolver`, builds the [`FlowView`] and evaluates it. The policy's
-/// namespace is `policy_namespace`.
+/// both ends with `resolver` as they were while `seen`, builds the [`FlowView`] and
+/// evaluates it. The policy's namespace is `policy_namespace`.
 pub fn check_edge(
     policy: PolicyRef<'_>,
     policy_namespace: &str,
     edge: &Edge,
+    seen: Seen,
     resolver: &dyn Resolver,
 ) -> Result<Decision, EvalError> {
-    let subject = resolver.resolve(&edge.subject);
-    let peer = resolver.resolve(&edge.peer);
+    let subject = resolver.resolve_at(&edge.subject, seen);
+    let peer = resolver.resolve_at(&edge.peer, seen);
     evaluate(policy, policy_namespace, &flow_view(edge, &subject, &peer))
 }
 

@@ -1,10 +1,14 @@
 //! Owner resolution: from what a flow record says about an endpoint to the workload it
 //! belongs to, its selector and its labels.
 //!
-//! One trait, [`Resolver`], with two offline implementations here: [`RecordOnly`] (what the
-//! record carries, nothing guessed) and [`ClusterSnapshot`] (a `kubectl get -o yaml` dump,
-//! resolved exactly as in a cluster). The leader's in-cluster resolver implements the same
-//! trait over its reflector stores.
+//! One trait, [`Resolver`], with two implementations here: [`RecordOnly`] (what the record
+//! carries, nothing guessed) and [`ClusterSnapshot`] (cluster state with its history: `kubectl
+//! get -o yaml` dumps and watch streams offline, the reflector stores and the pods deleted
+//! since live).
+//!
+//! Time and identity decide attribution: an endpoint is resolved as it was while the edge
+//! was observed ([`Seen`]). A record that names a pod is that pod, never whoever holds its
+//! address; an address alone resolves only to the pod that held it during the whole window.
 //!
 //! Submodules: `record` ([`RecordOnly`]) and `snapshot` ([`ClusterSnapshot`]); the
 //! helpers below (controller-added labels, selectors from labels) are shared by both and
@@ -19,10 +23,10 @@ use std::net::IpAddr;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Serialize};
 
-use ne_flow::flow::{Endpoint, Labels, Reserved, Str, WorkloadRef};
+use ne_flow::flow::{Endpoint, Labels, Reserved, Str, Timestamp, WorkloadRef};
 
 pub use record::RecordOnly;
-pub use snapshot::{ClusterObjects, ClusterSnapshot, ItemRef, Location, SnapshotError};
+pub use snapshot::{ClusterObjects, ClusterSnapshot, GonePod, ItemRef, Location, SnapshotError};
 
 /// A named container port of a pod, for NetworkPolicy named ports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +69,15 @@ pub enum Unresolved {
     Ambiguous,
     /// The owner is known but its selector is not.
     NoSelector,
+    /// The record names a pod no cluster input lists, and no listed owner matches its
+    /// labels, its generated name and its service account.
+    PodNotListed,
+    /// Only an address is known, and no known pod held it while the edge was observed
+    /// (it did at another time).
+    AddressNotHeld,
+    /// Only an address is known, and it changed hands while the edge was observed (or the
+    /// holder started or ended within the window): the edge cannot be split between them.
+    AddressReused,
 }
 
 impl Unresolved {
@@ -74,6 +87,9 @@ impl Unresolved {
             Unresolved::NotFound => "not_found",
             Unresolved::Ambiguous => "ambiguous",
             Unresolved::NoSelector => "no_selector",
+            Unresolved::PodNotListed => "pod_not_listed",
+            Unresolved::AddressNotHeld => "address_not_held",
+            Unresolved::AddressReused => "address_reused",
         }
     }
 }
@@ -87,9 +103,54 @@ pub enum Resolution {
     Unresolved(Unresolved),
 }
 
+/// When an endpoint was observed: the first and last observation of the edge (or the time
+/// of one record). `Timestamp(0)` stands for "not known" (records without a time).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Seen {
+    pub first: Timestamp,
+    pub last: Timestamp,
+}
+
+impl Seen {
+    /// No time known.
+    pub const UNKNOWN: Seen = Seen {
+        first: Timestamp(0),
+        last: Timestamp(0),
+    };
+
+    /// Observed from `first` to `last`.
+    pub fn between(first: Timestamp, last: Timestamp) -> Self {
+        Seen { first, last }
+    }
+
+    /// Observed once, at `time` (unknown when `None`).
+    pub fn at(time: Option<Timestamp>) -> Self {
+        let t = time.unwrap_or_default();
+        Seen { first: t, last: t }
+    }
+
+    /// The window in nanoseconds, `None` when no time is known. A missing start (a mix of
+    /// records with and without a time) is taken as the end.
+    pub(crate) fn window(self) -> Option<(i64, i64)> {
+        match (self.first.0, self.last.0) {
+            (0, 0) => None,
+            (0, last) => Some((last, last)),
+            (first, 0) => Some((first, first)),
+            (first, last) => Some((first.min(last), first.max(last))),
+        }
+    }
+}
+
 /// Resolves endpoints to workloads. Implementations must be cheap to call per edge.
 pub trait Resolver {
-    fn resolve(&self, endpoint: &Endpoint) -> Resolution;
+    /// Resolves `endpoint` as it was while it was `seen`.
+    fn resolve_at(&self, endpoint: &Endpoint, seen: Seen) -> Resolution;
+
+    /// Resolves `endpoint` without knowing when it was observed: an address then resolves
+    /// only when one known pod ever held it.
+    fn resolve(&self, endpoint: &Endpoint) -> Resolution {
+        self.resolve_at(endpoint, Seen::UNKNOWN)
+    }
 }
 
 /// The label every namespace carries with its own name.

@@ -5,7 +5,7 @@
 use ne_flow::flow::{Endpoint, EndpointId, Labels, Str, labels};
 
 use super::{
-    NAMESPACE_NAME_LABEL, Resolution, ResolvedPod, Resolver, selector_for, template_labels,
+    NAMESPACE_NAME_LABEL, Resolution, ResolvedPod, Resolver, Seen, selector_for, template_labels,
 };
 
 /// Cilium adds these pseudo-labels to an endpoint's pod labels (with the `k8s:` source
@@ -34,7 +34,8 @@ const CILIUM_SERVICE_ACCOUNT: &str = "io.cilium.k8s.policy.serviceaccount";
 pub struct RecordOnly;
 
 impl Resolver for RecordOnly {
-    fn resolve(&self, endpoint: &Endpoint) -> Resolution {
+    /// What the record carries does not change with time.
+    fn resolve_at(&self, endpoint: &Endpoint, _: Seen) -> Resolution {
         let (namespace, owner) = match &endpoint.id {
             EndpointId::Workload(w) => (w.namespace.clone(), Some(w.clone())),
             EndpointId::Pod { namespace, .. } | EndpointId::PodGroup { namespace, .. } => {

@@ -4,10 +4,12 @@
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, ObjectMeta, OwnerReference, Time,
+};
 
 use super::parse::{Objects, PodObject};
-use super::{ClusterSnapshot, PodEntry, Slot};
+use super::{ClusterSnapshot, GonePod, Life, PodEntry, Slot};
 use crate::resolve::{
     NAMESPACE_NAME_LABEL, NamedPort, Resolution, ResolvedPod, Unresolved, non_empty_selector,
     selector_for, template_labels,
@@ -243,21 +245,53 @@ fn service_account(spec: &PodSpec) -> Str {
     named.filter(|n| !n.is_empty()).unwrap_or("default").into()
 }
 
-/// Pods that can be found by address: not on the host network (their address is the
-/// node's) and not finished (their address may already belong to a new pod).
-fn addressable(p: &PodObject) -> bool {
-    let host_network = p
-        .pod
+/// Nanoseconds since the epoch of a Kubernetes time.
+fn nanos(t: &Time) -> i64 {
+    i64::try_from(t.0.as_nanosecond()).unwrap_or(i64::MAX)
+}
+
+/// When the pod existed, and whether it holds its addresses: not on the host network
+/// (its address is the node's), and not finished at a time its status does not give (its
+/// address may already belong to a new pod).
+fn life(p: &PodObject) -> (Life, bool) {
+    let pod = &p.pod;
+    let status = pod.status.as_ref();
+    let start = status
+        .and_then(|s| s.start_time.as_ref())
+        .or(pod.metadata.creation_timestamp.as_ref())
+        .map(nanos);
+    let finished = matches!(
+        status.and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    );
+    let finished_at = finished
+        .then(|| {
+            let containers = status?.container_statuses.iter().flatten();
+            containers
+                .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
+                .map(nanos)
+                .max()
+        })
+        .flatten();
+    let deleted = pod.metadata.deletion_timestamp.as_ref().map(nanos);
+    let end = match (finished_at, deleted) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let host_network = pod
         .spec
         .as_ref()
         .and_then(|s| s.host_network)
         .unwrap_or(false);
-    let phase = p.pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    !host_network && !matches!(phase, Some("Succeeded" | "Failed"))
+    let addressable = !host_network && (!finished || finished_at.is_some());
+    (Life { start, end }, addressable)
 }
 
-/// Builds the side tables from the parsed objects.
-pub(super) fn build(mut objects: Objects) -> ClusterSnapshot {
+/// Builds the side tables from the parsed objects and the pods known gone.
+pub(super) fn build<'g>(
+    mut objects: Objects,
+    gone: impl IntoIterator<Item = &'g GonePod>,
+) -> ClusterSnapshot {
     // Sorted, so that the representative of a pod group is the same on every run.
     objects
         .pods
@@ -268,52 +302,36 @@ pub(super) fn build(mut objects: Objects) -> ClusterSnapshot {
     };
     let mut snapshot = ClusterSnapshot::default();
 
-    for (i, p) in b.objects.pods.iter().enumerate() {
+    for p in &b.objects.pods {
         let resolution = b.pod(p);
-        let namespace: Str = p.namespace.as_str().into();
         let owner = match &resolution {
             Resolution::Pod(r) => Ok(r.owner.clone()),
             Resolution::Unresolved(why) => Err(*why),
             Resolution::External(_) | Resolution::Reserved(_) => Err(Unresolved::NotFound),
         };
-        snapshot
-            .by_name
-            .entry(namespace.clone())
-            .or_default()
-            .insert(p.name.as_str().into(), i);
-        if addressable(p) {
-            for ip in &p.ips {
-                snapshot
-                    .by_ip
-                    .entry(*ip)
-                    .and_modify(|s| *s = Slot::Ambiguous)
-                    .or_insert(Slot::Pod(i));
-            }
-        }
-        if let Some(prefix) = p
-            .pod
-            .metadata
-            .generate_name
-            .as_deref()
-            .filter(|g| !g.is_empty())
-        {
-            let groups = snapshot.groups.entry(namespace.clone()).or_default();
-            match groups.get(prefix) {
-                None => {
-                    groups.insert(prefix.into(), Slot::Pod(i));
-                }
-                Some(Slot::Pod(first)) if snapshot.pods[*first].owner != owner => {
-                    groups.insert(prefix.into(), Slot::Ambiguous);
-                }
-                Some(_) => {}
-            }
-        }
+        let (life, addressable) = life(p);
+        let meta = &p.pod.metadata;
         snapshot.pods.push(PodEntry {
-            namespace,
+            namespace: p.namespace.as_str().into(),
+            name: p.name.as_str().into(),
+            uid: meta.uid.as_deref().filter(|u| !u.is_empty()).map(Str::from),
             owner,
             resolution,
+            ips: p.ips.clone(),
+            life,
+            generate_name: meta
+                .generate_name
+                .as_deref()
+                .filter(|g| !g.is_empty())
+                .map(Str::from),
+            addressable,
+            gone: p.deleted,
+            older: None,
         });
     }
+    snapshot.pods.extend(gone.into_iter().map(|g| g.0.clone()));
+    snapshot.index_pods();
+    snapshot.index_addresses();
 
     let o = b.objects;
     let mut workloads: Vec<(WorkloadKind, &(String, String), Option<&PodTemplateSpec>)> =
@@ -369,7 +387,60 @@ pub(super) fn build(mut objects: Objects) -> ClusterSnapshot {
         snapshot.workloads.insert(id, resolution);
     }
 
+    for ((namespace, name), rs) in &o.replicasets {
+        let hash = rs
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("pod-template-hash"));
+        if let Some(hash) = hash {
+            snapshot
+                .replicasets_by_hash
+                .entry((namespace.as_str().into(), hash.as_str().into()))
+                .or_default()
+                .push(name.as_str().into());
+        }
+    }
+
     snapshot.namespaces = o.namespaces.len();
     snapshot.ignored = objects.ignored;
     snapshot
+}
+
+impl ClusterSnapshot {
+    /// Indexes the pods by name (newest first, older ones of the same name chained) and by
+    /// `generateName`.
+    pub(super) fn index_pods(&mut self) {
+        self.by_name.clear();
+        self.groups.clear();
+        let mut order: Vec<usize> = (0..self.pods.len()).collect();
+        order.sort_by_key(|&i| self.pods[i].life.start.unwrap_or(i64::MIN));
+        for i in order {
+            let pod = &self.pods[i];
+            let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
+            let older = self
+                .by_name
+                .entry(namespace.clone())
+                .or_default()
+                .insert(name, i);
+            self.pods[i].older = older;
+        }
+        for i in 0..self.pods.len() {
+            let pod = &self.pods[i];
+            let Some(prefix) = pod.generate_name.clone() else {
+                continue;
+            };
+            let owner = &pod.owner;
+            let groups = self.groups.entry(pod.namespace.clone()).or_default();
+            match groups.get(&prefix) {
+                None => {
+                    groups.insert(prefix, Slot::Pod(i));
+                }
+                Some(Slot::Pod(first)) if self.pods[*first].owner != *owner => {
+                    groups.insert(prefix, Slot::Ambiguous);
+                }
+                Some(_) => {}
+            }
+        }
+    }
 }

@@ -3,11 +3,15 @@
 //!
 //! Input is what `kubectl get namespaces,pods,replicasets,deployments,statefulsets,
 //! daemonsets,jobs,cronjobs -A -o yaml` prints: a `kind: List`, or several YAML documents
-//! of objects or lists. `parse` reads it into typed objects; `build` follows every
-//! owner chain once and fills the side tables that [`ClusterSnapshot::resolve`] looks up.
+//! of objects or lists; several such snapshots and watch streams make a history. `parse`
+//! reads them into typed objects; `build` follows every owner chain once and fills the
+//! side tables that [`ClusterSnapshot::resolve_at`] looks up; `history` keeps who held
+//! each address when, and `unlisted` resolves pods no input lists through their owners.
 
 mod build;
+mod history;
 mod parse;
+mod unlisted;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -18,9 +22,9 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet}
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 
-use ne_flow::flow::{Endpoint, EndpointId, Str, WorkloadKind, WorkloadRef};
+use ne_flow::flow::{Endpoint, EndpointId, Str, Timestamp, WorkloadKind, WorkloadRef};
 
-use super::{Resolution, ResolvedPod, Resolver, Unresolved};
+use super::{Resolution, ResolvedPod, Resolver, Seen, Unresolved};
 
 /// Where an item sits in the input: the document (1-based) and, inside a `List`, its
 /// index in `items` (0-based).
@@ -69,6 +73,9 @@ pub enum SnapshotError {
     /// The text is not YAML (or exceeds the parser's limits).
     #[error("invalid yaml: {0}")]
     Yaml(#[source] Box<serde_saphyr::Error>),
+    /// The text starts as JSON but is not a stream of JSON values.
+    #[error("invalid json: {0}")]
+    Json(#[source] serde_json::Error),
     /// A document or list item is not a mapping.
     #[error("{location}: not a kubernetes object")]
     NotAnObject { location: Location },
@@ -92,6 +99,7 @@ impl SnapshotError {
     pub fn error_type(&self) -> &'static str {
         match self {
             SnapshotError::Yaml(_) => "yaml",
+            SnapshotError::Json(_) => "json",
             SnapshotError::NotAnObject { .. } => "not_an_object",
             SnapshotError::MissingKind { .. } => "missing_kind",
             SnapshotError::Decode { .. } => "decode",
@@ -115,13 +123,78 @@ enum Slot {
     Ambiguous,
 }
 
-#[derive(Debug)]
+/// When a pod existed, in nanoseconds since the epoch (`None`: not known).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Life {
+    /// `status.startTime`, else `metadata.creationTimestamp`.
+    start: Option<i64>,
+    /// The earliest of its `deletionTimestamp`, the time it finished (`Succeeded` or
+    /// `Failed`) and, live, when the leader saw it gone.
+    end: Option<i64>,
+}
+
+impl Life {
+    fn overlaps(self, (first, last): (i64, i64)) -> bool {
+        self.start.is_none_or(|s| s <= last) && self.end.is_none_or(|e| e > first)
+    }
+}
+
+#[derive(Clone, Debug)]
 struct PodEntry {
     namespace: Str,
+    name: Str,
+    uid: Option<Str>,
     /// The owner as far as it matters for grouping: resolved owner, unknown owner (`None`),
     /// or why the chain broke.
     owner: Result<Option<WorkloadRef>, Unresolved>,
     resolution: Resolution,
+    ips: Vec<IpAddr>,
+    life: Life,
+    generate_name: Option<Str>,
+    /// Whether it holds its addresses: not on the host network (its address is the
+    /// node's), and not finished at an unknown time.
+    addressable: bool,
+    /// Deleted: it resolves the flows of its lifetime, and no selector selects it.
+    gone: bool,
+    /// The previous pod of the same namespace and name (a StatefulSet pod recreated).
+    older: Option<usize>,
+}
+
+/// A pod the live cluster no longer lists, kept so that the edges of its lifetime still
+/// resolve to it (see [`ClusterSnapshot::gone_since`]).
+#[derive(Clone, Debug)]
+pub struct GonePod(PodEntry);
+
+impl GonePod {
+    /// When it was last known to hold its addresses (nanoseconds since the epoch).
+    pub fn ended(&self) -> Timestamp {
+        Timestamp(self.0.life.end.unwrap_or_default())
+    }
+
+    /// `namespace/name`.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.0.namespace, self.0.name)
+    }
+
+    /// Bytes it holds beyond its own size (names, labels, selector, addresses): for the
+    /// memory figure of the history.
+    pub fn heap_bytes(&self) -> usize {
+        let e = &self.0;
+        let mut n = e.namespace.len() + e.name.len() + e.uid.as_ref().map_or(0, |u| u.len());
+        n += e.generate_name.as_ref().map_or(0, |g| g.len());
+        n += e.ips.capacity() * size_of::<IpAddr>();
+        if let Resolution::Pod(p) = &e.resolution {
+            n += p
+                .labels
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 32)
+                .sum::<usize>();
+            n += p.named_ports.capacity() * size_of::<super::NamedPort>();
+            let selector = p.selector.as_ref().and_then(|s| s.match_labels.as_ref());
+            n += selector.map_or(0, |m| m.iter().map(|(k, v)| k.len() + v.len() + 64).sum());
+        }
+        n
+    }
 }
 
 /// Live objects of the kinds a snapshot reads, as typed objects.
@@ -137,19 +210,25 @@ pub struct ClusterObjects {
     pub cronjobs: Vec<CronJob>,
 }
 
-/// Resolves endpoints against a saved cluster state. Built once; every lookup is a hash
-/// lookup (foldhash) and a clone of a precomputed [`Resolution`].
+/// Resolves endpoints against cluster state and its history. Built once; every lookup is
+/// a few hash lookups (foldhash) and a clone of a precomputed [`Resolution`].
 ///
-/// - `Pod { ns, name }`: the pod by name, else by the endpoint's address (same namespace),
-///   else `NotFound`.
-/// - `PodGroup { ns, prefix }`: the pods whose `metadata.generateName` is exactly `prefix`;
-///   `Ambiguous` when their owners differ.
+/// - `Pod { ns, name }`: the pod of that name (of several with one name, the one alive
+///   while the edge was seen, else the newest); never by address. A pod no input lists is
+///   resolved through its owner (see `unlisted`), else `PodNotListed`.
+/// - `PodGroup { ns, prefix }`: the pods whose `metadata.generateName` is exactly `prefix`
+///   (`Ambiguous` when their owners differ), else the ReplicaSet, DaemonSet or Job that
+///   generates exactly that name.
 /// - `Workload(w)`: the workload object itself (`NotFound` if absent), its owner chain
 ///   followed (a ReplicaSet resolves to its Deployment); labels and ports come from the
-///   pod at the endpoint's address when that pod has the same owner, else from the
-///   template.
-/// - `External(ip)`: the pod with that address if there is one (not host-network, not
-///   finished), else external.
+///   pod that held the endpoint's address while it was seen, when that pod has the same
+///   owner, else from the template.
+/// - `External(ip)`: the pod that held the address during the whole window; an address
+///   no known pod ever held is external; `AddressNotHeld` / `AddressReused` otherwise.
+///
+/// A pod holds its addresses from its start (`status.startTime`, else its creation) until
+/// the earliest of its deletion, its finish and the start of the next pod given the same
+/// address. Host-network pods hold none.
 ///
 /// Owners: Pod → ReplicaSet → Deployment, Pod → StatefulSet / DaemonSet,
 /// Pod → Job → CronJob, by controller owner references; a pod without a controller is its
@@ -158,13 +237,15 @@ pub struct ClusterObjects {
 #[derive(Debug, Default)]
 pub struct ClusterSnapshot {
     pods: Vec<PodEntry>,
-    /// namespace → pod name → pod.
+    /// namespace → pod name → the newest pod of that name.
     by_name: HashMap<Str, HashMap<Str, usize>>,
-    by_ip: HashMap<IpAddr, Slot>,
+    by_ip: HashMap<IpAddr, history::Holders>,
     /// namespace → generateName → pod.
     groups: HashMap<Str, HashMap<Str, Slot>>,
     /// Every workload object (not pods), under its own kind.
     workloads: HashMap<WorkloadRef, Resolution>,
+    /// (namespace, `pod-template-hash`) → the ReplicaSets carrying it.
+    replicasets_by_hash: HashMap<(Str, Str), Vec<Str>>,
     namespaces: usize,
     ignored: BTreeMap<String, usize>,
 }
@@ -172,18 +253,69 @@ pub struct ClusterSnapshot {
 impl ClusterSnapshot {
     /// Reads a snapshot from `kubectl get ... -o yaml` output.
     pub fn from_yaml(yaml: &str) -> Result<Self, SnapshotError> {
-        Ok(build::build(parse::parse(yaml)?))
+        Self::from_inputs([yaml]).map_err(|(_, e)| e)
     }
 
-    /// Builds a snapshot from live objects (the leader's reflector stores). Objects without
-    /// a namespace or name, and pod addresses that do not parse, are left out and counted
-    /// in the second value.
-    pub fn from_objects(objects: ClusterObjects) -> (Self, usize) {
+    /// Reads the cluster's history from several inputs, oldest first: snapshots
+    /// (`kubectl get ... -o yaml` or `-o json`) and watch streams (`kubectl get pods -w -o
+    /// json`, with or without `--output-watch-events`). On error, the index of the input.
+    pub fn from_inputs<'a>(
+        inputs: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Self, (usize, SnapshotError)> {
+        let mut objects = parse::Objects::default();
+        for (i, text) in inputs.into_iter().enumerate() {
+            objects.parse(text).map_err(|e| (i, e))?;
+        }
+        Ok(build::build(objects, []))
+    }
+
+    /// Builds a snapshot from live objects (the leader's reflector stores) and the pods
+    /// deleted since (see [`ClusterSnapshot::gone_since`]). Objects without a namespace or
+    /// name, and pod addresses that do not parse, are left out and counted in the second
+    /// value.
+    pub fn from_objects<'g>(
+        objects: ClusterObjects,
+        gone: impl IntoIterator<Item = &'g GonePod>,
+    ) -> (Self, usize) {
         let (objects, skipped) = parse::from_objects(objects);
-        (build::build(objects), skipped)
+        (build::build(objects, gone), skipped)
     }
 
-    /// Number of pods held.
+    /// Adds pods found gone after this snapshot was built (see
+    /// [`ClusterSnapshot::gone_since`]).
+    pub fn add_gone(&mut self, gone: &[GonePod]) {
+        if gone.is_empty() {
+            return;
+        }
+        self.pods.extend(gone.iter().map(|g| g.0.clone()));
+        self.index_pods();
+        self.index_addresses();
+    }
+
+    /// The pods this snapshot lists alive that `next` does not list any more, ended at
+    /// `now` at the latest: what the live leader keeps so that the edges of their
+    /// lifetime still resolve to them.
+    pub fn gone_since(&self, next: &ClusterSnapshot, now: Timestamp) -> Vec<GonePod> {
+        let alive: foldhash::HashSet<(&str, &str, Option<&str>)> = next
+            .pods
+            .iter()
+            .filter(|p| !p.gone)
+            .map(|p| (&*p.namespace, &*p.name, p.uid.as_deref()))
+            .collect();
+        self.pods
+            .iter()
+            .filter(|p| !p.gone && !alive.contains(&(&*p.namespace, &*p.name, p.uid.as_deref())))
+            .map(|p| {
+                let mut entry = p.clone();
+                entry.gone = true;
+                entry.older = None;
+                entry.life.end = Some(entry.life.end.map_or(now.0, |e| e.min(now.0)));
+                GonePod(entry)
+            })
+            .collect()
+    }
+
+    /// Number of pods held (gone ones included).
     pub fn pod_count(&self) -> usize {
         self.pods.len()
     }
@@ -199,10 +331,11 @@ impl ClusterSnapshot {
         self.namespaces
     }
 
-    /// Every pod, then every workload's pod template (with the workload's namespace
-    /// labels): what a policy's selectors can select, scaled-to-zero workloads included.
+    /// Every pod not gone, then every workload's pod template (with the workload's
+    /// namespace labels): what a policy's selectors can select, scaled-to-zero workloads
+    /// included.
     pub fn endpoints(&self) -> impl Iterator<Item = &ResolvedPod> {
-        let pods = self.pods.iter().map(|p| &p.resolution);
+        let pods = self.pods.iter().filter(|p| !p.gone).map(|p| &p.resolution);
         pods.chain(self.workloads.values()).filter_map(|r| match r {
             Resolution::Pod(p) => Some(p),
             _ => None,
@@ -214,74 +347,93 @@ impl ClusterSnapshot {
         &self.ignored
     }
 
-    fn slot(&self, slot: Option<&Slot>) -> Option<Resolution> {
-        match slot? {
-            Slot::Pod(i) => Some(self.pods[*i].resolution.clone()),
-            Slot::Ambiguous => Some(Resolution::Unresolved(Unresolved::Ambiguous)),
+    /// Offline, per record: an endpoint known only by its address becomes the pod that
+    /// held the address at `time`, so that an aggregated edge never mixes two holders.
+    pub fn pin(&self, endpoint: &mut Endpoint, time: Option<Timestamp>) {
+        let EndpointId::External(ip) = endpoint.id else {
+            return;
+        };
+        if let Some(Ok(Slot::Pod(i))) = self.holder(&ip, Seen::at(time)) {
+            let pod = &self.pods[i];
+            endpoint.id = EndpointId::Pod {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+            };
         }
     }
 
-    /// The pod at the endpoint's address, if it is in `namespace`.
-    fn by_ip_in(&self, endpoint: &Endpoint, namespace: &str) -> Option<Resolution> {
-        match self.by_ip.get(&endpoint.ip?)? {
-            Slot::Pod(i) if &*self.pods[*i].namespace == namespace => {
-                Some(self.pods[*i].resolution.clone())
+    fn slot(&self, slot: Slot) -> Resolution {
+        match slot {
+            Slot::Pod(i) => self.pods[i].resolution.clone(),
+            Slot::Ambiguous => Resolution::Unresolved(Unresolved::Ambiguous),
+        }
+    }
+
+    /// The pod named `name` in `namespace` while `seen`: of several pods with the name,
+    /// the one alive then, else the newest.
+    fn named(&self, namespace: &str, name: &str, seen: Seen) -> Option<usize> {
+        let newest = *self.by_name.get(namespace)?.get(name)?;
+        let Some(window) = seen.window() else {
+            return Some(newest);
+        };
+        let mut at = Some(newest);
+        while let Some(i) = at {
+            if self.pods[i].life.overlaps(window) {
+                return Some(i);
             }
-            Slot::Pod(_) => None,
-            Slot::Ambiguous => Some(Resolution::Unresolved(Unresolved::Ambiguous)),
+            at = self.pods[i].older;
         }
+        Some(newest)
     }
 
-    fn workload(&self, endpoint: &Endpoint, w: &WorkloadRef) -> Option<Resolution> {
+    fn workload(&self, endpoint: &Endpoint, w: &WorkloadRef, seen: Seen) -> Option<Resolution> {
         if w.kind == WorkloadKind::Pod {
-            return self.slot(
-                self.by_name
-                    .get(&w.namespace)?
-                    .get(&w.name)
-                    .map(|&i| Slot::Pod(i))
-                    .as_ref(),
-            );
+            return self
+                .named(&w.namespace, &w.name, seen)
+                .map(|i| self.slot(Slot::Pod(i)));
         }
         let resolution = self.workloads.get(w)?;
         // Prefer the actual pod behind the address, when it belongs to the same owner.
-        if let (Resolution::Pod(template), Some(Slot::Pod(i))) =
-            (resolution, endpoint.ip.and_then(|ip| self.by_ip.get(&ip)))
-            && let Resolution::Pod(pod) = &self.pods[*i].resolution
+        if let (Resolution::Pod(template), Some(Ok(Slot::Pod(i)))) = (
+            resolution,
+            endpoint.ip.and_then(|ip| self.holder(&ip, seen)),
+        ) && let Resolution::Pod(pod) = &self.pods[i].resolution
             && pod.owner.is_some()
             && pod.owner == template.owner
         {
-            return Some(self.pods[*i].resolution.clone());
+            return Some(self.pods[i].resolution.clone());
         }
         Some(resolution.clone())
     }
 }
 
 impl Resolver for ClusterSnapshot {
-    fn resolve(&self, endpoint: &Endpoint) -> Resolution {
-        let found = match &endpoint.id {
-            EndpointId::Reserved(r) => return Resolution::Reserved(*r),
-            EndpointId::External(ip) => {
-                return self
-                    .slot(self.by_ip.get(ip))
-                    .unwrap_or(Resolution::External(*ip));
+    fn resolve_at(&self, endpoint: &Endpoint, seen: Seen) -> Resolution {
+        match &endpoint.id {
+            EndpointId::Reserved(r) => Resolution::Reserved(*r),
+            EndpointId::External(ip) => match self.holder(ip, seen) {
+                None => Resolution::External(*ip),
+                Some(Ok(slot)) => self.slot(slot),
+                Some(Err(why)) => Resolution::Unresolved(why),
+            },
+            EndpointId::Workload(w) => self
+                .workload(endpoint, w, seen)
+                .unwrap_or(Resolution::Unresolved(Unresolved::NotFound)),
+            EndpointId::Pod { namespace, name } => match self.named(namespace, name, seen) {
+                Some(i) => self.slot(Slot::Pod(i)),
+                None => self.unlisted_pod(endpoint, namespace, name),
+            },
+            EndpointId::PodGroup { namespace, prefix } => {
+                match self.groups.get(namespace).and_then(|m| m.get(prefix)) {
+                    Some(slot) => self.slot(*slot),
+                    None => self.unlisted_group(endpoint, namespace, prefix),
+                }
             }
-            EndpointId::Workload(w) => self.workload(endpoint, w),
-            EndpointId::Pod { namespace, name } => self
-                .slot(
-                    self.by_name
-                        .get(namespace)
-                        .and_then(|m| m.get(name))
-                        .map(|&i| Slot::Pod(i))
-                        .as_ref(),
-                )
-                .or_else(|| self.by_ip_in(endpoint, namespace)),
-            EndpointId::PodGroup { namespace, prefix } => self
-                .slot(self.groups.get(namespace).and_then(|m| m.get(prefix)))
-                .or_else(|| self.by_ip_in(endpoint, namespace)),
-        };
-        found.unwrap_or(Resolution::Unresolved(Unresolved::NotFound))
+        }
     }
 }
 
+#[cfg(test)]
+mod churn_tests;
 #[cfg(test)]
 mod tests;

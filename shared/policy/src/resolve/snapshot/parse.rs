@@ -1,13 +1,22 @@
-//! From `kubectl get ... -A -o yaml` text to typed objects: documents are read as generic
-//! values, `List`s are flattened, each item is dispatched on its `kind` and decoded into
-//! its k8s-openapi type. Unknown kinds are counted, not rejected.
+//! From `kubectl get ... -A -o yaml` text (or a `kubectl get -w -o json` stream) to typed
+//! objects: documents are read as generic values, `List`s are flattened, watch events
+//! unwrapped, each item is dispatched on its `kind` and decoded into its k8s-openapi type.
+//! Unknown kinds are counted, not rejected.
+//!
+//! Several inputs (snapshots taken at different times, watch streams) go into one
+//! [`Objects`]: an object seen more than once keeps its latest observation (by
+//! `resourceVersion` when both carry one, else input order), and a pod keeps every
+//! address it was seen with. Pods are told apart by uid, so a StatefulSet pod recreated
+//! under the same name is a second pod.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
+use k8s_openapi::Metadata;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
@@ -22,8 +31,21 @@ pub(super) struct PodObject {
     pub namespace: String,
     pub name: String,
     pub pod: Pod,
-    /// `status.podIPs` and `status.podIP`, deduplicated.
+    /// `status.podIPs` and `status.podIP` of every observation, deduplicated.
     pub ips: Vec<IpAddr>,
+    /// A watch stream reported its deletion.
+    pub deleted: bool,
+}
+
+impl PodObject {
+    /// How observations of one pod are matched: its uid, else its name.
+    fn key(&self) -> (String, String, Option<String>) {
+        (
+            self.namespace.clone(),
+            self.name.clone(),
+            self.pod.metadata.uid.clone().filter(|u| !u.is_empty()),
+        )
+    }
 }
 
 /// Every object of a snapshot, by kind.
@@ -32,6 +54,8 @@ pub(super) struct Objects {
     /// Namespace name → its labels.
     pub namespaces: HashMap<String, BTreeMap<String, String>>,
     pub pods: Vec<PodObject>,
+    /// Where each pod is in `pods`, by [`PodObject::key`].
+    pod_index: HashMap<(String, String, Option<String>), usize>,
     pub replicasets: HashMap<NsName, ReplicaSet>,
     pub deployments: HashMap<NsName, Deployment>,
     pub statefulsets: HashMap<NsName, StatefulSet>,
@@ -56,65 +80,89 @@ fn options(input_len: usize) -> serde_saphyr::Options {
     }
 }
 
-/// Parses every document of `yaml` (objects or `List`s of objects).
-pub(super) fn parse(yaml: &str) -> Result<Objects, SnapshotError> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(yaml, options(yaml.len()))
-        .map_err(|e| SnapshotError::Yaml(Box::new(e)))?;
-    let mut objects = Objects::default();
-    for (i, doc) in docs.into_iter().enumerate() {
-        let document = i + 1;
-        let Value::Object(mut map) = doc else {
-            return Err(SnapshotError::NotAnObject {
-                location: Location {
-                    document,
-                    index: None,
-                },
-            });
-        };
-        let kind = map
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        match map.remove("items") {
-            Some(items) if kind.ends_with("List") => {
-                let Value::Array(items) = items else {
-                    return Err(SnapshotError::NotAnObject {
-                        location: Location {
-                            document,
-                            index: None,
-                        },
-                    });
+/// The documents of one input, as generic values.
+fn documents(text: &str) -> Result<Vec<Value>, SnapshotError> {
+    if text.trim_start().starts_with('{') {
+        return serde_json::Deserializer::from_str(text)
+            .into_iter::<Value>()
+            .collect::<Result<_, _>>()
+            .map_err(SnapshotError::Json);
+    }
+    serde_saphyr::from_multiple_with_options(text, options(text.len()))
+        .map_err(|e| SnapshotError::Yaml(Box::new(e)))
+}
+
+/// A watch event (`{"type": ..., "object": {...}}`): its type and object.
+fn watch_event(map: &mut Map<String, Value>) -> Option<(String, Value)> {
+    if map.contains_key("kind") || !map.get("object").is_some_and(Value::is_object) {
+        return None;
+    }
+    let kind = map.get("type")?.as_str()?.to_owned();
+    Some((kind, map.remove("object")?))
+}
+
+impl Objects {
+    /// Adds every document of one more input: YAML (objects or `List`s of objects, one or
+    /// more documents) or a stream of JSON values (`kubectl get -w -o json`, with or
+    /// without `--output-watch-events`).
+    pub(super) fn parse(&mut self, text: &str) -> Result<(), SnapshotError> {
+        for (i, doc) in documents(text)?.into_iter().enumerate() {
+            let location = Location {
+                document: i + 1,
+                index: None,
+            };
+            let Value::Object(mut map) = doc else {
+                return Err(SnapshotError::NotAnObject { location });
+            };
+            let mut deleted = false;
+            if let Some((event, object)) = watch_event(&mut map) {
+                match event.as_str() {
+                    "ADDED" | "MODIFIED" => {}
+                    "DELETED" => deleted = true,
+                    // Bookmarks and errors carry no object state.
+                    _ => {
+                        *self
+                            .ignored
+                            .entry(format!("watch event {event}"))
+                            .or_default() += 1;
+                        continue;
+                    }
+                }
+                let Value::Object(object) = object else {
+                    return Err(SnapshotError::NotAnObject { location });
                 };
-                // A typed list from the API (`PodList`) leaves `kind` out of its items.
-                let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
-                for (index, item) in items.into_iter().enumerate() {
-                    objects.add(
-                        item,
-                        Location {
-                            document,
-                            index: Some(index),
-                        },
-                        item_kind,
-                    )?;
-                }
+                map = object;
             }
-            other => {
-                if let Some(items) = other {
-                    map.insert("items".to_owned(), items);
+            let kind = map
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            match map.remove("items") {
+                Some(items) if kind.ends_with("List") => {
+                    let Value::Array(items) = items else {
+                        return Err(SnapshotError::NotAnObject { location });
+                    };
+                    // A typed list from the API (`PodList`) leaves `kind` out of its items.
+                    let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
+                    for (index, item) in items.into_iter().enumerate() {
+                        let location = Location {
+                            index: Some(index),
+                            ..location
+                        };
+                        self.add(item, location, item_kind, false)?;
+                    }
                 }
-                objects.add(
-                    Value::Object(map),
-                    Location {
-                        document,
-                        index: None,
-                    },
-                    None,
-                )?;
+                other => {
+                    if let Some(items) = other {
+                        map.insert("items".to_owned(), items);
+                    }
+                    self.add(Value::Object(map), location, None, deleted)?;
+                }
             }
         }
+        Ok(())
     }
-    Ok(objects)
 }
 
 fn metadata_str(map: &Map<String, Value>, field: &str) -> Option<String> {
@@ -153,6 +201,7 @@ impl Objects {
         value: Value,
         location: Location,
         default_kind: Option<&str>,
+        deleted: bool,
     ) -> Result<(), SnapshotError> {
         let Value::Object(map) = &value else {
             return Err(SnapshotError::NotAnObject { location });
@@ -179,38 +228,89 @@ impl Objects {
                 let (namespace, name) = ns_name(&item)?;
                 let pod: Pod = decode(value, &item)?;
                 let ips = pod_ips(&pod, &item)?;
-                self.pods.push(PodObject {
+                self.add_pod(PodObject {
                     namespace,
                     name,
                     pod,
                     ips,
+                    deleted,
                 });
             }
             "ReplicaSet" => {
-                self.replicasets
-                    .insert(ns_name(&item)?, decode(value, &item)?);
+                latest(
+                    &mut self.replicasets,
+                    ns_name(&item)?,
+                    decode(value, &item)?,
+                );
             }
             "Deployment" => {
-                self.deployments
-                    .insert(ns_name(&item)?, decode(value, &item)?);
+                latest(
+                    &mut self.deployments,
+                    ns_name(&item)?,
+                    decode(value, &item)?,
+                );
             }
             "StatefulSet" => {
-                self.statefulsets
-                    .insert(ns_name(&item)?, decode(value, &item)?);
+                latest(
+                    &mut self.statefulsets,
+                    ns_name(&item)?,
+                    decode(value, &item)?,
+                );
             }
             "DaemonSet" => {
-                self.daemonsets
-                    .insert(ns_name(&item)?, decode(value, &item)?);
+                latest(&mut self.daemonsets, ns_name(&item)?, decode(value, &item)?);
             }
-            "Job" => {
-                self.jobs.insert(ns_name(&item)?, decode(value, &item)?);
-            }
-            "CronJob" => {
-                self.cronjobs.insert(ns_name(&item)?, decode(value, &item)?);
-            }
+            "Job" => latest(&mut self.jobs, ns_name(&item)?, decode(value, &item)?),
+            "CronJob" => latest(&mut self.cronjobs, ns_name(&item)?, decode(value, &item)?),
             _ => *self.ignored.entry(item.kind).or_default() += 1,
         }
         Ok(())
+    }
+}
+
+impl Objects {
+    /// Adds one observation of a pod: the first of its key, or a later one that replaces
+    /// an older (keeping the addresses of both, and the deletion once reported).
+    fn add_pod(&mut self, mut pod: PodObject) {
+        let key = pod.key();
+        let Some(&i) = self.pod_index.get(&key) else {
+            self.pod_index.insert(key, self.pods.len());
+            self.pods.push(pod);
+            return;
+        };
+        let known = &mut self.pods[i];
+        for ip in std::mem::take(&mut known.ips) {
+            if !pod.ips.contains(&ip) {
+                pod.ips.push(ip);
+            }
+        }
+        pod.deleted |= known.deleted;
+        if is_newer(&pod.pod.metadata, &known.pod.metadata) {
+            *known = pod;
+        } else {
+            known.ips = pod.ips;
+            known.deleted = pod.deleted;
+        }
+    }
+}
+
+/// Whether `new` is a later observation than `old`: by `resourceVersion` when both are
+/// numbers (etcd's), else by input order (later wins).
+fn is_newer(new: &ObjectMeta, old: &ObjectMeta) -> bool {
+    let version = |m: &ObjectMeta| m.resource_version.as_deref()?.parse::<u64>().ok();
+    match (version(new), version(old)) {
+        (Some(n), Some(o)) => n >= o,
+        _ => true,
+    }
+}
+
+/// Keeps the latest observation of a workload object.
+fn latest<T: Metadata<Ty = ObjectMeta>>(map: &mut HashMap<NsName, T>, key: NsName, value: T) {
+    match map.get(&key) {
+        Some(known) if !is_newer(value.metadata(), known.metadata()) => {}
+        _ => {
+            map.insert(key, value);
+        }
     }
 }
 
@@ -240,10 +340,7 @@ fn pod_ips(pod: &Pod, item: &ItemRef) -> Result<Vec<IpAddr>, SnapshotError> {
 pub(super) fn from_objects(c: super::ClusterObjects) -> (Objects, usize) {
     let mut objects = Objects::default();
     let mut skipped = 0;
-    let mut key = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| match (
-        meta.namespace.as_deref(),
-        meta.name.as_deref(),
-    ) {
+    let mut key = |meta: &ObjectMeta| match (meta.namespace.as_deref(), meta.name.as_deref()) {
         (Some(ns), Some(name)) if !ns.is_empty() && !name.is_empty() => {
             Some((ns.to_owned(), name.to_owned()))
         }
@@ -300,11 +397,12 @@ pub(super) fn from_objects(c: super::ClusterObjects) -> (Objects, usize) {
                 Err(_) => skipped += 1,
             }
         }
-        objects.pods.push(PodObject {
+        objects.add_pod(PodObject {
             namespace,
             name,
             pod,
             ips,
+            deleted: false,
         });
     }
     for ns in c.namespaces {

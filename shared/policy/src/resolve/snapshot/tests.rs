@@ -634,7 +634,7 @@ fn pod_groups_match_generate_name_exactly() {
     ] {
         assert_eq!(
             s.resolve(&group(ns, prefix)),
-            Resolution::Unresolved(Unresolved::NotFound),
+            Resolution::Unresolved(Unresolved::PodNotListed),
             "{ns}/{prefix}"
         );
     }
@@ -705,22 +705,16 @@ fn addresses_stay_external_unless_a_pod_owns_them() {
 }
 
 #[test]
-fn unknown_pod_names_fall_back_to_the_address_in_the_same_namespace() {
+fn a_named_pod_is_never_found_by_its_address() {
     let s = snapshot();
-    assert_eq!(
-        s.resolve(&pod_id("shop", "gone")),
-        Resolution::Unresolved(Unresolved::NotFound)
-    );
-    let same_ns = pod_id("shop", "gone").with_ip(Some(ip("10.0.0.20")));
-    assert_eq!(
-        pod(s.resolve(&same_ns)).owner,
-        Some(workload("shop", WorkloadKind::StatefulSet, "orders-db"))
-    );
-    let other_ns = pod_id("shop", "gone").with_ip(Some(ip("10.0.1.5")));
-    assert_eq!(
-        s.resolve(&other_ns),
-        Resolution::Unresolved(Unresolved::NotFound)
-    );
+    // 10.0.0.20 is orders-db-0's: a record naming another pod is not that pod.
+    for id in [pod_id("shop", "gone"), pod_id("ops", "gone")] {
+        let with_ip = id.with_ip(Some(ip("10.0.0.20")));
+        assert_eq!(
+            s.resolve(&with_ip),
+            Resolution::Unresolved(Unresolved::PodNotListed)
+        );
+    }
 }
 
 /// Endpoints of every kind that the fixture resolves to pods.
@@ -992,7 +986,7 @@ fn live_objects_resolve_exactly_as_their_yaml_does() {
         Some(vec![k8s_openapi::api::core::v1::PodIP {
             ip: "not-an-ip".to_owned(),
         }]);
-    let (from_live, skipped) = ClusterSnapshot::from_objects(live);
+    let (from_live, skipped) = ClusterSnapshot::from_objects(live, []);
     assert_eq!(skipped, 2);
     assert_eq!(
         (
