@@ -101,3 +101,60 @@ impl PodHistory {
         self.bytes
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use ne_policy::resolve::{ClusterObjects, ClusterSnapshot};
+
+    const SECOND: i64 = 1_000_000_000;
+
+    /// `n` pods that went away at `at` (nanoseconds).
+    fn gone(names: &[&str], at: i64) -> Vec<GonePod> {
+        let pods = names
+            .iter()
+            .map(|name| {
+                serde_json::from_value::<Pod>(serde_json::json!({
+                    "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}"),
+                                 "labels": {"app": name}},
+                    "status": {"podIP": "10.0.0.1"},
+                }))
+                .unwrap()
+            })
+            .collect();
+        let objects = ClusterObjects {
+            pods,
+            ..ClusterObjects::default()
+        };
+        let (before, _) = ClusterSnapshot::from_objects(objects, []);
+        let (after, _) = ClusterSnapshot::from_objects(ClusterObjects::default(), []);
+        before.gone_since(&after, Timestamp(at))
+    }
+
+    #[test]
+    fn pods_are_forgotten_when_expired_or_pushed_out_and_their_bytes_with_them() {
+        let mut h = PodHistory::new(Duration::from_secs(60), 3);
+        assert!(
+            h.record(gone(&["a", "b"], 100 * SECOND), Timestamp(100 * SECOND))
+                .is_empty()
+        );
+        assert_eq!(h.len(), 2);
+        let two = h.bytes();
+        assert!(two > 2 * size_of::<GonePod>(), "names and labels count too");
+
+        // Two more: the cap of three pushes the oldest out.
+        let evicted = h.record(gone(&["c", "d"], 120 * SECOND), Timestamp(120 * SECOND));
+        assert_eq!(evicted, [(Eviction::Capacity, 1)]);
+        let names: Vec<String> = h.pods().map(GonePod::name).collect();
+        assert_eq!(names, ["shop/b", "shop/c", "shop/d"]);
+
+        // A minute after b went: b expires, c and d stay.
+        let evicted = h.record(Vec::new(), Timestamp(161 * SECOND));
+        assert_eq!(evicted, [(Eviction::Expired, 1)]);
+        assert_eq!(h.len(), 2);
+        let evicted = h.record(Vec::new(), Timestamp(1000 * SECOND));
+        assert_eq!(evicted, [(Eviction::Expired, 2)]);
+        assert_eq!((h.len(), h.bytes()), (0, 0));
+    }
+}

@@ -54,6 +54,9 @@ pub struct ControllerMetrics {
     pub unresolved_subjects: Family<ReasonLabel, Gauge>,
     /// Edges whose peer a policy cannot express, by reason (last round).
     pub unexpressible_peers: Family<ReasonLabel, Gauge>,
+    /// Edges under a monitored NetworkPolicy left unchecked: the peer is not resolved at
+    /// their time, by reason (last round).
+    pub unchecked_peers: Family<ReasonLabel, Gauge>,
     /// Flows of violation records (growth of their counts as reported), by provider and
     /// action.
     pub violations_observed: Family<ViolationLabels, Counter>,
@@ -88,6 +91,7 @@ impl Default for ControllerMetrics {
             objects_skipped: Gauge::default(),
             unresolved_subjects: Family::default(),
             unexpressible_peers: Family::default(),
+            unchecked_peers: Family::default(),
             violations_observed: Family::default(),
             violations_unattributed: Counter::default(),
             violation_events: Family::default(),
@@ -142,6 +146,11 @@ impl ControllerMetrics {
             "leader_unexpressible_peers",
             "Merged edges whose peer a policy cannot express, by reason",
             self.unexpressible_peers.clone(),
+        );
+        r.register(
+            "leader_monitor_unchecked_peers",
+            "Merged edges under a monitored NetworkPolicy whose peer is not resolved at their time (so whether the policy allows them is unknown), by reason",
+            self.unchecked_peers.clone(),
         );
         r.register(
             "violations_observed",

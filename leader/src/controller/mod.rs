@@ -292,6 +292,10 @@ impl Controller {
         }
         self.unattributed
             .report(&detected.unattributed, &self.metrics);
+        set_by_reason(
+            &self.metrics.unchecked_peers,
+            detected.unresolved_peers.iter().map(|(why, n)| (*why, *n)),
+        );
         detected
     }
 

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use ne_crds::{
-    PolicyDirection, TargetKind, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
+    Backend, PolicyDirection, TargetKind, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
     WorkloadNetworkPolicySpec,
 };
 use ne_flow::flow::{Direction, EndpointId, Timestamp};
@@ -76,6 +76,10 @@ pub struct CheckReport {
     /// Ingress flows from the subject's own node (kubelet probes) under a NetworkPolicy:
     /// implementations always allow them, so they are never violations.
     pub node_local_flows: u64,
+    /// Flows under a NetworkPolicy whose peer could not be resolved at the flow's time
+    /// (by reason, as in `learn`'s summary): whether the policy allows them cannot be
+    /// told, so they are not reported as violations.
+    pub unresolved_peer_flows: BTreeMap<&'static str, u64>,
     /// Policies that checked no flow: their target was not seen, or not in their direction.
     pub idle_policies: Vec<IdlePolicy>,
     pub files: Vec<FileReport>,
@@ -135,6 +139,7 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
         BTreeMap::new();
     let (mut allowed_flows, mut unchecked_flows, mut unattributed_flows) = (0, 0, 0);
     let (mut node_local_flows, mut unresolved_subject_flows) = (0, 0);
+    let mut unresolved_peer_flows = BTreeMap::new();
     // Workloads the flows name (subjects and peers), and the policies that checked a flow.
     let mut seen: BTreeSet<(String, TargetKind, String)> = BTreeSet::new();
     let mut used: BTreeSet<TargetKey> = BTreeSet::new();
@@ -166,6 +171,11 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
                 policy
             }
         };
+        // Istio policies match peers by principal, which the record carries.
+        if let (Resolution::Unresolved(why), Backend::Kubernetes) = (&peer, policy.spec().backend) {
+            *unresolved_peer_flows.entry(why.as_str()).or_default() += snap.count;
+            continue;
+        }
         let decision = decide(policy, edge, &subject, &peer)
             .with_context(|| format!("cannot evaluate {}/{}", policy.namespace, policy.name))?;
         let invalid_skipped = match decision {
@@ -229,6 +239,7 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
         unattributed_flows,
         unresolved_subject_flows,
         node_local_flows,
+        unresolved_peer_flows,
         idle_policies,
         files: ingested.files,
     })
@@ -303,6 +314,14 @@ fn write_table(out: &mut impl Write, report: &CheckReport) -> std::io::Result<()
                 report.node_local_flows,
             ),
         ],
+    )?;
+    report::counts(
+        out,
+        "flows whose peer is not resolved at their time (not checked)",
+        report
+            .unresolved_peer_flows
+            .iter()
+            .map(|(why, n)| ((*why).to_owned(), *n)),
     )?;
     for idle in &report.idle_policies {
         let why = if idle.workload_seen {

@@ -53,6 +53,9 @@ pub struct Detected {
     pub unattributed: Vec<Observation>,
     /// Edges a monitored policy allows.
     pub allowed: u64,
+    /// Edges under a monitored NetworkPolicy whose peer is not resolved at their time, by
+    /// reason: whether the policy allows them cannot be told, so they make no record.
+    pub unresolved_peers: BTreeMap<&'static str, u64>,
     /// Edges a policy could not be evaluated on (an invalid spec), by policy.
     pub errors: BTreeMap<PolicyKey, String>,
 }
@@ -194,6 +197,11 @@ pub fn detect(
         };
         let key = key_of(policy);
         let peer = resolver.resolve_at(&edge.peer, seen);
+        // Istio policies match peers by principal, which the record carries.
+        if let (Resolution::Unresolved(why), Backend::Kubernetes) = (&peer, backend) {
+            *detected.unresolved_peers.entry(why.as_str()).or_default() += 1;
+            continue;
+        }
         match decide(policy, edge, &subject, &peer) {
             Ok(Decision::Denied { .. }) => {}
             Ok(_) => {

@@ -490,6 +490,48 @@ mod detection {
         assert_eq!((once.new.len(), once.status.violations[0].port), (1, 8080));
     }
 
+    /// What the record carries, except one address that changed hands while it was seen.
+    struct Reused(IpAddr);
+
+    impl ne_policy::resolve::Resolver for Reused {
+        fn resolve_at(
+            &self,
+            endpoint: &Endpoint,
+            seen: ne_policy::resolve::Seen,
+        ) -> ne_policy::resolve::Resolution {
+            match endpoint.id {
+                EndpointId::External(ip) if ip == self.0 => {
+                    ne_policy::resolve::Resolution::Unresolved(
+                        ne_policy::resolve::Unresolved::AddressReused,
+                    )
+                }
+                _ => RecordOnly.resolve_at(endpoint, seen),
+            }
+        }
+    }
+
+    #[test]
+    fn a_peer_not_resolved_at_its_time_is_counted_not_recorded() {
+        let reused = external(34);
+        let resolver = Reused(reused.ip.unwrap());
+        let found = detect(
+            forwarded(&traffic()),
+            &policies("monitor"),
+            &resolver,
+            Backend::Kubernetes,
+        );
+        let egress = ("shop".to_owned(), "deployment-api-egress".to_owned());
+        assert!(!found.observations.contains_key(&egress), "{found:?}");
+        assert_eq!(
+            found.unresolved_peers.get("address_reused"),
+            Some(&1),
+            "the edge to the reused address"
+        );
+        // The other direction is checked as before.
+        let ingress = ("shop".to_owned(), "deployment-api-ingress".to_owned());
+        assert_eq!(found.observations[&ingress].len(), 1);
+    }
+
     #[test]
     fn a_dry_run_denial_of_an_unmonitored_workload_is_unattributed() {
         let audits = vec![edge("web", Direction::Ingress, workload("cron"), 0, 1)];

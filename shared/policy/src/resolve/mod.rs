@@ -61,7 +61,8 @@ pub struct ResolvedPod {
 /// Why an endpoint could not be resolved. Bounded, so it can label a metric.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Unresolved {
-    /// The record names a pod but not its owner, and no cluster state is known.
+    /// The record names a pod but not its owner, and the cluster state (if any) does not
+    /// know it either.
     NoOwnerInfo,
     /// The pod (or workload) is not in the cluster state.
     NotFound,
@@ -69,8 +70,9 @@ pub enum Unresolved {
     Ambiguous,
     /// The owner is known but its selector is not.
     NoSelector,
-    /// The record names a pod no cluster input lists, and no listed owner matches its
-    /// labels, its generated name and its service account.
+    /// The record names a pod no cluster input lists, no listed owner matches its labels,
+    /// its generated name and its service account, and it carries no labels to select it
+    /// by.
     PodNotListed,
     /// Only an address is known, and no known pod held it while the edge was observed
     /// (it did at another time).

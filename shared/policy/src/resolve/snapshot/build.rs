@@ -402,6 +402,12 @@ pub(super) fn build<'g>(
         }
     }
 
+    for namespace in o.namespaces.keys() {
+        let labels = b.namespace_labels(namespace);
+        snapshot
+            .namespace_labels
+            .insert(namespace.as_str().into(), labels);
+    }
     snapshot.namespaces = o.namespaces.len();
     snapshot.ignored = objects.ignored;
     snapshot

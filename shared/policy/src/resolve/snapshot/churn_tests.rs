@@ -261,9 +261,13 @@ fn a_pod_gone_before_the_snapshot_resolves_through_its_listed_owner() {
     // Hubble carries labels: they must fit the owner's selector.
     let hubble = |app: &str| named("alpha-5f6b7c8d9-bcdfg").with_labels(labels([("app", app)]));
     assert_eq!(owner(end_only.resolve(&hubble("alpha"))), deploy("alpha"));
+    // Labels that fit no listed owner: no owner, but a peer selectable by those labels.
+    let Resolution::Pod(misfit) = end_only.resolve(&hubble("beta")) else {
+        panic!("a labelled pod resolves by its labels")
+    };
     assert_eq!(
-        end_only.resolve(&hubble("beta")),
-        Resolution::Unresolved(Unresolved::PodNotListed)
+        (misfit.owner, &*misfit.labels),
+        (None, &*labels([("app", "beta")]))
     );
     // The template hash finds the ReplicaSet whatever the pod is called.
     let hashed = named("custom-name").with_labels(labels([

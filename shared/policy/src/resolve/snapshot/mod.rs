@@ -246,6 +246,8 @@ pub struct ClusterSnapshot {
     workloads: HashMap<WorkloadRef, Resolution>,
     /// (namespace, `pod-template-hash`) → the ReplicaSets carrying it.
     replicasets_by_hash: HashMap<(Str, Str), Vec<Str>>,
+    /// The labels of every listed namespace (with `kubernetes.io/metadata.name`).
+    namespace_labels: HashMap<Str, ne_flow::flow::Labels>,
     namespaces: usize,
     ignored: BTreeMap<String, usize>,
 }

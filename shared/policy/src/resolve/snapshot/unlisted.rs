@@ -12,7 +12,9 @@
 //!
 //! A candidate is kept only if its selector matches the labels the record carries, and its
 //! pods' ServiceAccount is the one of the record's mesh identity. One owner left resolves
-//! the pod as its owner's template; none is `PodNotListed`, several `Ambiguous`.
+//! the pod as its owner's template; several are `Ambiguous`. With none, a record that
+//! carries the pod's labels still says all a peer needs (labels, namespace): the pod
+//! resolves with those and no owner, as without a cluster; else it is `PodNotListed`.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
@@ -20,7 +22,7 @@ use ne_flow::flow::{Endpoint, Str, WorkloadKind, WorkloadRef};
 
 use super::ClusterSnapshot;
 use crate::eval::selector;
-use crate::resolve::{Resolution, Unresolved};
+use crate::resolve::{RecordOnly, Resolution, Resolver, Unresolved};
 
 /// The characters of the random suffix the API server appends to a `generateName`.
 const GENERATED: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -165,9 +167,22 @@ impl ClusterSnapshot {
                 None => found = Some(resolution),
             }
         }
-        found
-            .cloned()
-            .unwrap_or(Resolution::Unresolved(Unresolved::PodNotListed))
+        if let Some(owner) = found {
+            return owner.clone();
+        }
+        if endpoint.labels.is_empty() {
+            return Resolution::Unresolved(Unresolved::PodNotListed);
+        }
+        match RecordOnly.resolve(endpoint) {
+            Resolution::Pod(mut pod) => {
+                pod.owner = None;
+                if let Some(labels) = self.namespace_labels.get(namespace) {
+                    pod.namespace_labels = labels.clone();
+                }
+                Resolution::Pod(pod)
+            }
+            _ => Resolution::Unresolved(Unresolved::PodNotListed),
+        }
     }
 }
 
