@@ -24,6 +24,7 @@ use cluster::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use ne_crds::{
@@ -1367,4 +1368,119 @@ async fn the_seed_workflow_with_authorization_policies() {
         let _ = api.delete(&crd, &DeleteParams::default()).await;
     }
     let _ = std::fs::remove_dir_all(&logs);
+}
+
+/// `(app, port)` of every egress rule of a NetworkPolicy proposal, sorted.
+fn egress_rules(p: &WorkloadNetworkPolicyProposal) -> Vec<(String, String)> {
+    let spec = p.spec.kubernetes.as_ref().expect("a NetworkPolicy spec");
+    let mut rules: Vec<(String, String)> = spec
+        .egress
+        .iter()
+        .flatten()
+        .flat_map(|rule| {
+            let peers = rule.to.iter().flatten();
+            let ports: Vec<String> = rule
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| format!("{:?}", p.port))
+                .collect();
+            peers.flat_map(move |peer| {
+                let app = app_of(peer.pod_selector.as_ref()).to_owned();
+                ports
+                    .clone()
+                    .into_iter()
+                    .map(move |port| (app.clone(), port))
+            })
+        })
+        .collect();
+    rules.sort();
+    rules
+}
+
+/// Pod churn: alpha's pod is deleted and its address handed to a pod of beta while the
+/// agent still holds alpha's edges. Each workload keeps its own flows: in the proposals,
+/// and in monitor mode, where only beta's traffic outside the policy is a violation, named
+/// as beta's (alpha's allowed traffic never becomes beta's violation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_address_never_moves_flows_to_the_next_pod() {
+    const REUSED: &str = "10.244.9.9";
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (s, hubble, _hubble_dir) = with_hubble("churn", &[]).await;
+    let ns = s.app.name.clone();
+    let api_pod = s.api_pod.clone();
+    // Hubble names the pods only: the leader resolves them through the cluster.
+    let side = |pod, ip, app| Side {
+        namespace: ns.as_str(),
+        pod,
+        ip,
+        app,
+        deployment: None,
+    };
+    let (alpha, alpha_pod) = deployment(&s.client, &ns, "alpha", "alpha", REUSED).await;
+    hubble.add_json(&tcp_flow(
+        &side(&alpha_pod, REUSED, "alpha"),
+        &side(&api_pod, API_IP, "api"),
+        8080,
+    ));
+    let name = "deployment-api-ingress";
+    s.learned(name).await;
+    let alpha_uid = alpha.metadata.uid.clone().unwrap();
+    cluster::learned(&s.proposals(), "deployment-alpha-egress", &alpha_uid).await;
+    s.promote(name, "monitor").await;
+    s.ready(name, "Monitoring").await;
+
+    // alpha scaled to zero: its controllers delete its pod.
+    let deployments: Api<Deployment> = Api::namespaced(s.client.clone(), &ns);
+    let scale = json!({"spec": {"replicas": 0}});
+    deployments
+        .patch("alpha", &PatchParams::default(), &Patch::Merge(&scale))
+        .await
+        .unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(s.client.clone(), &ns);
+    eventually("alpha's pod deleted", || async {
+        pods.get_opt(&alpha_pod)
+            .await
+            .ok()
+            .and_then(|p| p.is_none().then_some(()))
+    })
+    .await;
+    s.rounds(2.0).await;
+    // Its address goes to beta's pod, which talks on another port.
+    let (beta, beta_pod) = deployment(&s.client, &ns, "beta", "beta", REUSED).await;
+    hubble.add_json(&tcp_flow(
+        &side(&beta_pod, REUSED, "beta"),
+        &side(&api_pod, API_IP, "api"),
+        9090,
+    ));
+    let beta_uid = beta.metadata.uid.clone().unwrap();
+    let beta_egress = cluster::learned(&s.proposals(), "deployment-beta-egress", &beta_uid).await;
+    violations_when(&s, name, "beta's violation", |st| !st.violations.is_empty()).await;
+    // Rounds after both pods' edges were merged: nothing else appears.
+    s.rounds(3.0).await;
+
+    let status = s.policies().get(name).await.unwrap().status.unwrap();
+    let records: Vec<(i32, Option<&str>)> = status
+        .violations
+        .iter()
+        .map(|r| (r.port, r.source.name.as_deref()))
+        .collect();
+    assert_eq!(
+        records,
+        [(9090, Some("beta"))],
+        "only beta's traffic, as beta's"
+    );
+    let alpha_egress = s.proposals().get("deployment-alpha-egress").await.unwrap();
+    let beta_egress = s
+        .proposals()
+        .get("deployment-beta-egress")
+        .await
+        .unwrap_or(beta_egress);
+    let port = |n: i32| format!("{:?}", Some(IntOrString::Int(n)));
+    assert_eq!(
+        egress_rules(&alpha_egress),
+        [("api".to_owned(), port(8080))]
+    );
+    assert_eq!(egress_rules(&beta_egress), [("api".to_owned(), port(9090))]);
+    let _ = std::fs::remove_dir_all(&s.dir);
 }
