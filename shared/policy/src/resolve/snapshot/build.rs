@@ -316,7 +316,7 @@ pub(super) fn build<'g>(
             name: p.name.as_str().into(),
             uid: meta.uid.as_deref().filter(|u| !u.is_empty()).map(Str::from),
             owner,
-            resolution,
+            resolution: resolution.into(),
             ips: p.ips.clone(),
             life,
             generate_name: meta

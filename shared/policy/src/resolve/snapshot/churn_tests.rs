@@ -371,6 +371,61 @@ fn observations_of_one_pod_merge_and_the_newest_wins() {
 }
 
 #[test]
+fn a_trimmed_snapshot_without_uids_merges_with_the_watch_stream() {
+    let trim = |mut p: Value| {
+        p["metadata"].as_object_mut().unwrap().remove("uid");
+        p
+    };
+    let first = pod(
+        "shop",
+        "db-0",
+        "uid-db-1",
+        "StatefulSet/db",
+        0,
+        &["10.0.0.60"],
+    );
+    let second = pod(
+        "shop",
+        "db-0",
+        "uid-db-2",
+        "StatefulSet/db",
+        400,
+        &["10.0.0.61"],
+    );
+    let end = list(
+        workloads()
+            .into_iter()
+            .chain([trim(beta()), trim(second.clone())]),
+    );
+    let stream = [
+        event("ADDED", &alpha()),
+        event("DELETED", &deleted_at(alpha(), 300)),
+        event("ADDED", &first),
+        event("DELETED", &deleted_at(first.clone(), 300)),
+        event("ADDED", &beta()),
+        event("ADDED", &second),
+    ]
+    .join("\n");
+    let history = ClusterSnapshot::from_inputs([end.as_str(), stream.as_str()]).unwrap();
+    // beta once, not twice: its two copies holding one address would make it ambiguous.
+    // db-0 twice: the trimmed copy is the second pod by its creation time.
+    assert_eq!(history.pod_count(), 4, "alpha, beta and two db-0");
+    assert_eq!(
+        owner(history.resolve_at(&address(A4), at(600))),
+        deploy("beta")
+    );
+    assert_eq!(
+        owner(history.resolve_at(&address(A6), at(60))),
+        deploy("alpha")
+    );
+    let db = |ip: &str, secs: i64| {
+        owner(history.resolve_at(&address(ip), at(secs))).map(|w| w.name.to_string())
+    };
+    assert_eq!(db("10.0.0.60", 100), Some("db".to_owned()));
+    assert_eq!(db("10.0.0.61", 500), Some("db".to_owned()));
+}
+
+#[test]
 fn watch_streams_without_event_types_and_bookmarks_are_read() {
     let plain = format!(
         "{}\n{}\n{}",

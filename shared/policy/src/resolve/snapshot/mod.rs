@@ -16,6 +16,7 @@ mod unlisted;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use foldhash::HashMap;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
@@ -147,7 +148,8 @@ struct PodEntry {
     /// The owner as far as it matters for grouping: resolved owner, unknown owner (`None`),
     /// or why the chain broke.
     owner: Result<Option<WorkloadRef>, Unresolved>,
-    resolution: Resolution,
+    /// Shared: a gone pod's copy in the history and in every snapshot rebuilt with it.
+    resolution: Arc<Resolution>,
     ips: Vec<IpAddr>,
     life: Life,
     generate_name: Option<Str>,
@@ -183,7 +185,8 @@ impl GonePod {
         let mut n = e.namespace.len() + e.name.len() + e.uid.as_ref().map_or(0, |u| u.len());
         n += e.generate_name.as_ref().map_or(0, |g| g.len());
         n += e.ips.capacity() * size_of::<IpAddr>();
-        if let Resolution::Pod(p) = &e.resolution {
+        n += size_of::<Resolution>() + 2 * size_of::<usize>(); // the shared allocation
+        if let Resolution::Pod(p) = &*e.resolution {
             n += p
                 .labels
                 .iter()
@@ -337,7 +340,7 @@ impl ClusterSnapshot {
     /// namespace labels): what a policy's selectors can select, scaled-to-zero workloads
     /// included.
     pub fn endpoints(&self) -> impl Iterator<Item = &ResolvedPod> {
-        let pods = self.pods.iter().filter(|p| !p.gone).map(|p| &p.resolution);
+        let pods = self.pods.iter().filter(|p| !p.gone).map(|p| &*p.resolution);
         pods.chain(self.workloads.values()).filter_map(|r| match r {
             Resolution::Pod(p) => Some(p),
             _ => None,
@@ -366,7 +369,7 @@ impl ClusterSnapshot {
 
     fn slot(&self, slot: Slot) -> Resolution {
         match slot {
-            Slot::Pod(i) => self.pods[i].resolution.clone(),
+            Slot::Pod(i) => (*self.pods[i].resolution).clone(),
             Slot::Ambiguous => Resolution::Unresolved(Unresolved::Ambiguous),
         }
     }
@@ -399,11 +402,11 @@ impl ClusterSnapshot {
         if let (Resolution::Pod(template), Some(Ok(Slot::Pod(i)))) = (
             resolution,
             endpoint.ip.and_then(|ip| self.holder(&ip, seen)),
-        ) && let Resolution::Pod(pod) = &self.pods[i].resolution
+        ) && let Resolution::Pod(pod) = &*self.pods[i].resolution
             && pod.owner.is_some()
             && pod.owner == template.owner
         {
-            return Some(self.pods[i].resolution.clone());
+            return Some((*self.pods[i].resolution).clone());
         }
         Some(resolution.clone())
     }

@@ -38,14 +38,23 @@ pub(super) struct PodObject {
 }
 
 impl PodObject {
-    /// How observations of one pod are matched: its uid, else its name.
-    fn key(&self) -> (String, String, Option<String>) {
-        (
-            self.namespace.clone(),
-            self.name.clone(),
-            self.pod.metadata.uid.clone().filter(|u| !u.is_empty()),
-        )
+    /// Whether two observations of one namespace and name are of one pod: by uid when both
+    /// carry one; when a trimmed input has none, by creation time (a StatefulSet pod
+    /// recreated under its name is another pod), else they are taken as one.
+    fn same_pod(&self, other: &PodObject) -> bool {
+        let (a, b) = (&self.pod.metadata, &other.pod.metadata);
+        match (uid(a), uid(b)) {
+            (Some(x), Some(y)) => x == y,
+            _ => match (&a.creation_timestamp, &b.creation_timestamp) {
+                (Some(x), Some(y)) => x == y,
+                _ => true,
+            },
+        }
     }
+}
+
+fn uid(meta: &ObjectMeta) -> Option<&str> {
+    meta.uid.as_deref().filter(|u| !u.is_empty())
 }
 
 /// Every object of a snapshot, by kind.
@@ -54,8 +63,8 @@ pub(super) struct Objects {
     /// Namespace name → its labels.
     pub namespaces: HashMap<String, BTreeMap<String, String>>,
     pub pods: Vec<PodObject>,
-    /// Where each pod is in `pods`, by [`PodObject::key`].
-    pod_index: HashMap<(String, String, Option<String>), usize>,
+    /// Where the pods of each namespace and name are in `pods`.
+    pod_index: HashMap<NsName, Vec<usize>>,
     pub replicasets: HashMap<NsName, ReplicaSet>,
     pub deployments: HashMap<NsName, Deployment>,
     pub statefulsets: HashMap<NsName, StatefulSet>,
@@ -272,9 +281,12 @@ impl Objects {
     /// Adds one observation of a pod: the first of its key, or a later one that replaces
     /// an older (keeping the addresses of both, and the deletion once reported).
     fn add_pod(&mut self, mut pod: PodObject) {
-        let key = pod.key();
-        let Some(&i) = self.pod_index.get(&key) else {
-            self.pod_index.insert(key, self.pods.len());
+        let same = self
+            .pod_index
+            .entry((pod.namespace.clone(), pod.name.clone()))
+            .or_default();
+        let Some(&i) = same.iter().find(|&&i| self.pods[i].same_pod(&pod)) else {
+            same.push(self.pods.len());
             self.pods.push(pod);
             return;
         };
@@ -286,8 +298,14 @@ impl Objects {
         }
         pod.deleted |= known.deleted;
         if is_newer(&pod.pod.metadata, &known.pod.metadata) {
+            if uid(&pod.pod.metadata).is_none() {
+                pod.pod.metadata.uid = known.pod.metadata.uid.take();
+            }
             *known = pod;
         } else {
+            if uid(&known.pod.metadata).is_none() {
+                known.pod.metadata.uid = pod.pod.metadata.uid;
+            }
             known.ips = pod.ips;
             known.deleted = pod.deleted;
         }
