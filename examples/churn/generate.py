@@ -184,11 +184,12 @@ def is_pod(key):
 # --- the traffic ------------------------------------------------------------------------
 # (time in s, client, server, protocol, port, how). `how`: None (every data plane sees the
 # pods), "v6" (over IPv6), or Hubble only: "world-src" / "world-dst" (the pod side is
-# known only by its address, reserved:world).
+# known only by its address, reserved:world), "stale" (the server's node still names the
+# client after it was deleted and its address given to another pod).
 CONNECTIONS = [
     (20, "alpha", "api-1", "TCP", 8080, None), (60, "alpha", "api-1", "TCP", 8080, "v6"),
     (110, "alpha", "api-1", "TCP", 8080, None), (150, "alpha", "api-1", "TCP", 8080, "v6"),
-    (130, "alpha", "api-1", "TCP", 8080, "world-src"),
+    (130, "alpha", "api-1", "TCP", 8080, "world-src"), (235, "alpha", "api-1", "TCP", 8080, "stale"),
     (250, "beta", "api-1", "TCP", 9090, None), (320, "beta", "api-1", "TCP", 9090, "v6"),
     (450, "beta", "api-1", "TCP", 9090, None), (520, "beta", "api-1", "TCP", 9090, "v6"),
     (470, "beta", "api-1", "TCP", 9090, "world-src+v6"),
@@ -209,7 +210,7 @@ CONNECTIONS = [
     (480, "api-1", "db-new", "TCP", 5432, None), (590, "api-1", "db-new", "TCP", 5432, None),
     (70, "report-1", "api-1", "TCP", 8080, None), (370, "report-2", "api-1", "TCP", 8080, None),
     (130, "debug", "api-1", "TCP", 8080, None), (220, "debug", "api-1", "TCP", 8080, None),
-    (180, "debug", "api-2", "TCP", 8080, None),
+    (180, "debug", "api-2", "TCP", 8080, None), (160, "api-1", "debug", "TCP", 8000, None),
     (200, "debug", "api-1", "TCP", 8080, "world-src"),
     (100, "api-1", PAYMENTS, "TCP", 443, None), (400, "api-1", PAYMENTS, "TCP", 443, None),
 ]
@@ -307,7 +308,7 @@ def hubble():
         dns = PAYMENTS[1] if isinstance(server, tuple) else None
         client_peer = ("addr", ip_of(client, v6)) if world_src or not is_pod(client) else ("pod", client)
         server_peer = ("addr", ip_of(server, v6)) if world_dst or not is_pod(server) else ("pod", server)
-        if is_pod(client) and not world_src:  # the client's node sees the request leave
+        if is_pod(client) and not world_src and "stale" not in how:  # the client's node sees it leave
             out.append((hubble_flow(t, "FORWARDED", client, server, proto, sport, port, "EGRESS", None, False, v6,
                                     world_dst=world_dst, dns=dns),
                         (t, client, "Egress", server_peer, proto, port, dns)))
@@ -343,10 +344,10 @@ def ztunnel_line(t, direction, client, server, port, v6, error=None):
                    'src.identity="%s"' % spiffe(client)]
     dst_ip = ip_of(server, v6)
     if is_pod(server):
-        service = owner_of(server)[1]
-        fields += ["dst.addr=%s" % addr(dst_ip, 15008), "dst.hbone_addr=%s" % addr(dst_ip, port),
-                   'dst.service="%s.%s.svc.cluster.local"' % (service, ns_of(server)),
-                   'dst.workload="%s"' % name_of(server), 'dst.namespace="%s"' % ns_of(server),
+        fields += ["dst.addr=%s" % addr(dst_ip, 15008), "dst.hbone_addr=%s" % addr(dst_ip, port)]
+        if owner_of(server):  # a bare pod has no Service
+            fields.append('dst.service="%s.%s.svc.cluster.local"' % (owner_of(server)[1], ns_of(server)))
+        fields += ['dst.workload="%s"' % name_of(server), 'dst.namespace="%s"' % ns_of(server),
                    'dst.identity="%s"' % spiffe(server)]
     else:
         fields += ["dst.addr=%s" % addr(dst_ip, port)]
@@ -364,7 +365,7 @@ def ztunnel():
     out = []
     for sec, client, server, proto, port, how in sorted(CONNECTIONS, key=lambda c: c[0]):
         how = how or ""
-        if "world" in how:
+        if "world" in how or "stale" in how:
             continue
         v6 = "v6" in how
         t = sec * S + 1_000_000 * RNG.randint(1, 400)
@@ -403,7 +404,7 @@ def gm_name(key):
 def goldmane_flow(start, client, server, proto, port, reporter, conns):
     sname, sns, stype, slabels = gm_name(client)
     dname, dns_, dtype, dlabels = gm_name(server)
-    if is_pod(server):
+    if is_pod(server) and owner_of(server):
         svc, svc_ns, svc_port = owner_of(server)[1], ns_of(server), str(port)
         svc_port_name = {8080: "http", 9090: "admin", 6379: "redis", 9200: "http", 5432: "postgres",
                          8443: "https"}[port]
@@ -430,7 +431,7 @@ def goldmane():
     gives no addresses, so the address-only Hubble records have no counterpart here."""
     windows = {}
     for sec, client, server, proto, port, how in CONNECTIONS:
-        if "world" in (how or ""):
+        if "world" in (how or "") or "stale" in (how or ""):
             continue
         window = sec - sec % 15
         for reporter, side in (("Src", client), ("Dst", server)):
