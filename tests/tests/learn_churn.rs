@@ -277,3 +277,26 @@ fn check_never_blames_the_wrong_workload_whatever_the_history() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Observations merge by uid and resourceVersion: the order of the inputs does not matter,
+/// and adding the start snapshot to a complete history changes nothing.
+#[test]
+fn history_inputs_merge_in_any_order() {
+    let expected = expected_counts();
+    for (provider, flows) in PROVIDERS {
+        let case = format!("{provider}-end-watch");
+        for files in [
+            &["pods-watch.json", "end.yaml"][..],
+            &["start.yaml", "end.yaml", "pods-watch.json"],
+            &["pods-watch.json", "start.yaml", "end.yaml"],
+        ] {
+            let report = run(flows, files);
+            assert_proposals(&report, &case);
+            assert_eq!(
+                counts(&report),
+                expected["learn"][&case],
+                "{case} from {files:?}"
+            );
+        }
+    }
+}
