@@ -12,7 +12,6 @@ from running the code. Deterministic. Run from the repository root:
     python3 examples/churn/generate.py
 """
 
-import calendar
 import json
 import os
 import random
@@ -260,7 +259,7 @@ def hubble_endpoint(key, local, world):
     return ep
 
 
-def hubble_flow(t, verdict, src, dst, proto, sport, dport, direction, point, reply, v6, world_src=False,
+def hubble_flow(t, verdict, src, dst, proto, sport, dport, direction, reply, v6, world_src=False,
                 world_dst=False, flags=None, drop=False, dns=None, local_src=None):
     if local_src is None:
         local_src = (direction == "EGRESS") != reply
@@ -309,21 +308,21 @@ def hubble():
         client_peer = ("addr", ip_of(client, v6)) if world_src or not is_pod(client) else ("pod", client)
         server_peer = ("addr", ip_of(server, v6)) if world_dst or not is_pod(server) else ("pod", server)
         if is_pod(client) and not world_src and "stale" not in how:  # the client's node sees it leave
-            out.append((hubble_flow(t, "FORWARDED", client, server, proto, sport, port, "EGRESS", None, False, v6,
+            out.append((hubble_flow(t, "FORWARDED", client, server, proto, sport, port, "EGRESS", False, v6,
                                     world_dst=world_dst, dns=dns),
                         (t, client, "Egress", server_peer, proto, port, dns)))
         if is_pod(server) and not world_dst:  # the server's node sees it arrive, and the reply leave
             t2 = t + 700_000
-            out.append((hubble_flow(t2, "FORWARDED", client, server, proto, sport, port, "INGRESS", None, False, v6,
+            out.append((hubble_flow(t2, "FORWARDED", client, server, proto, sport, port, "INGRESS", False, v6,
                                     world_src=world_src),
                         (t2, server, "Ingress", client_peer, proto, port, None)))
-            out.append((hubble_flow(t2 + 300_000, "FORWARDED", server, client, proto, port, sport, "INGRESS", None,
+            out.append((hubble_flow(t2 + 300_000, "FORWARDED", server, client, proto, port, sport, "INGRESS",
                                     True, v6, world_dst=world_src, flags={"SYN": True, "ACK": True}), None))
         else:  # the reply arrives at the client
-            out.append((hubble_flow(t + 40_000_000, "FORWARDED", server, client, proto, port, sport, "EGRESS", None,
+            out.append((hubble_flow(t + 40_000_000, "FORWARDED", server, client, proto, port, sport, "EGRESS",
                                     True, v6, world_src=world_dst, flags={"SYN": True, "ACK": True}), None))
     for sec, client, server, proto, port in DENIED:
-        out.append((hubble_flow(sec * S, "DROPPED", client, server, proto, ephemeral(), port, "INGRESS", None, False,
+        out.append((hubble_flow(sec * S, "DROPPED", client, server, proto, ephemeral(), port, "INGRESS", False,
                                 False, drop=True, local_src=False), None))
     return out
 
@@ -730,7 +729,7 @@ SUBJECT_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
 
 def resolve(h, side, t_ns, provider, is_subject):
     """What an endpoint of a record becomes under history `h`."""
-    at = t_ns / S - 0  # seconds since BASE
+    at = t_ns / S  # seconds since BASE
     if side[0] == "world":
         return ("world",)
     if side[0] == "addr":
@@ -763,7 +762,7 @@ class Model:
         self.counts[what][reason] = self.counts[what].get(reason, 0) + n
 
     def add(self, subject, direction, peer, proto, port, t_ns, n, dns):
-        """`subject` and `peer` resolved; returns whether a rule learned it."""
+        """One record's `n` flows, `subject` and `peer` resolved."""
         if subject[0] == "unresolved":
             self.count("unresolved_subjects", subject[1], n)
             return
