@@ -755,8 +755,11 @@ class Model:
     def __init__(self, backend):
         self.backend = backend
         self.lists = {}
+        # No subject here is excluded, external or reserved, and no peer is an unmanaged
+        # identity (host, node, apiserver): those counts stay empty.
         self.counts = {"learned": 0, "unresolved_subjects": {}, "not_a_subject": {}, "unresolved_peers": {},
-                       "flows_without_edge": {}}
+                       "flows_without_edge": {}, "excluded": 0, "external_subjects": 0, "reserved_subjects": {},
+                       "unmanaged_peers": {}}
 
     def count(self, what, reason, n):
         self.counts[what][reason] = self.counts[what].get(reason, 0) + n

@@ -124,6 +124,12 @@ fn counts(report: &LearnReport) -> Value {
             .map(|(k, t)| (k.as_str().to_owned(), t.flows)).collect()),
         "flows_without_edge": flows(report.flows_without_edge.iter()
             .map(|(k, n)| ((*k).to_owned(), *n)).collect()),
+        "excluded": s.excluded.flows,
+        "external_subjects": s.external_subjects.flows,
+        "reserved_subjects": flows(s.reserved_subjects.iter()
+            .map(|(k, t)| (format!("{k:?}"), t.flows)).collect()),
+        "unmanaged_peers": flows(s.unmanaged_peers.iter()
+            .map(|(k, t)| (format!("{k:?}"), t.flows)).collect()),
     })
 }
 
