@@ -463,6 +463,7 @@ struct Event {
     time: Timestamp,
 }
 
+pub mod cluster;
 pub mod edges;
 mod pb;
 mod render;

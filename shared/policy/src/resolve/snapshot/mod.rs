@@ -22,6 +22,7 @@ use foldhash::HashMap;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
 use ne_flow::flow::{Endpoint, EndpointId, Str, Timestamp, WorkloadKind, WorkloadRef};
 
@@ -178,23 +179,55 @@ impl GonePod {
         format!("{}/{}", self.0.namespace, self.0.name)
     }
 
-    /// Bytes it holds beyond its own size (names, labels, selector, addresses): for the
-    /// memory figure of the history.
+    /// Bytes it holds beyond its own size (names, labels, selector, addresses), counted
+    /// the way the allocator sees them: for the memory figure of the history. The
+    /// namespace's labels, shared by every pod of the namespace, are left out.
     pub fn heap_bytes(&self) -> usize {
+        /// An `Arc<str>`: two counters and the text.
+        fn arc(s: &str) -> usize {
+            2 * size_of::<usize>() + s.len()
+        }
+        fn workload(w: &WorkloadRef) -> usize {
+            arc(&w.namespace) + arc(&w.name)
+        }
+        /// A `BTreeMap` of up to 11 entries is one node with room for 11.
+        fn btree(m: &BTreeMap<String, String>) -> usize {
+            let node = 11 * 2 * size_of::<String>() + 2 * size_of::<usize>();
+            m.len().div_ceil(11) * node + m.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+        }
         let e = &self.0;
-        let mut n = e.namespace.len() + e.name.len() + e.uid.as_ref().map_or(0, |u| u.len());
-        n += e.generate_name.as_ref().map_or(0, |g| g.len());
+        let mut n = arc(&e.namespace) + arc(&e.name);
+        n += e.uid.as_deref().map_or(0, arc) + e.generate_name.as_deref().map_or(0, arc);
         n += e.ips.capacity() * size_of::<IpAddr>();
-        n += size_of::<Resolution>() + 2 * size_of::<usize>(); // the shared allocation
+        // Its owner shares its names with the resolution's.
+        n += 2 * size_of::<usize>() + size_of::<Resolution>();
         if let Resolution::Pod(p) = &*e.resolution {
-            n += p
-                .labels
-                .iter()
-                .map(|(k, v)| k.len() + v.len() + 32)
-                .sum::<usize>();
+            n += arc(&p.namespace) + p.owner.as_ref().map_or(0, workload);
+            n += 2 * size_of::<usize>() + p.labels.len() * 2 * size_of::<Str>();
+            n += p.labels.iter().map(|(k, v)| arc(k) + arc(v)).sum::<usize>();
             n += p.named_ports.capacity() * size_of::<super::NamedPort>();
-            let selector = p.selector.as_ref().and_then(|s| s.match_labels.as_ref());
-            n += selector.map_or(0, |m| m.iter().map(|(k, v)| k.len() + v.len() + 64).sum());
+            n += p
+                .named_ports
+                .iter()
+                .map(|port| arc(&port.name))
+                .sum::<usize>();
+            n += p.service_account.as_deref().map_or(0, arc);
+            if let Some(selector) = &p.selector {
+                n += selector.match_labels.as_ref().map_or(0, btree);
+                n += selector.match_expressions.as_ref().map_or(0, |x| {
+                    x.capacity() * size_of::<LabelSelectorRequirement>()
+                        + x.iter()
+                            .map(|r| {
+                                r.key.len()
+                                    + r.operator.len()
+                                    + r.values.as_ref().map_or(0, |v| {
+                                        v.capacity() * size_of::<String>()
+                                            + v.iter().map(String::len).sum::<usize>()
+                                    })
+                            })
+                            .sum::<usize>()
+                });
+            }
         }
         n
     }

@@ -1,0 +1,53 @@
+//! Memory of the leader's pod history: the bytes an hour of churn at 20 pod replacements
+//! per second (10 000 pods, 72 000 gone) keeps alive, counted by the allocator (net bytes
+//! allocated, exact and repeatable), and what `leader_pod_history_bytes` reports for them.
+//!
+//! `cargo bench -p ne-benches --bench snapshot_memory`
+
+use std::hint::black_box;
+
+use ne_benches::cluster::churn;
+use ne_policy::resolve::{ClusterSnapshot, GonePod};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static ALLOCATOR: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
+
+/// Net bytes allocated while `f` runs and still held after it, with what it returns.
+fn held<T>(f: impl FnOnce() -> T) -> (T, i64) {
+    let region = Region::new(ALLOCATOR);
+    let value = f();
+    let s = region.change();
+    // A reallocation's growth is already in `bytes_allocated` (its shrinking in
+    // `bytes_deallocated`).
+    (value, s.bytes_allocated as i64 - s.bytes_deallocated as i64)
+}
+
+fn main() {
+    // `churn` drops the snapshots it derived the gone pods from, so what it leaves held is
+    // the live objects and the history, as in the leader; a deep copy of the live objects
+    // tells them apart.
+    let (churn, both) = held(churn);
+    let (live_copy, live) = held(|| churn.live.clone());
+    drop(live_copy);
+    let past = (churn.past.capacity() * size_of_val(&churn.past[0])) as i64;
+    let history = both - live - past;
+    let gone = &churn.gone;
+    let n = gone.len() as f64;
+    let accounted: usize = gone
+        .iter()
+        .map(|g| size_of::<GonePod>() + g.heap_bytes())
+        .sum();
+    let (plain, without) = held(|| ClusterSnapshot::from_objects(churn.live.clone(), []));
+    let (with, with_history) = held(|| ClusterSnapshot::from_objects(churn.live.clone(), gone));
+    println!(
+        "snapshot_memory: {} gone pods; history {:.0} B per gone pod (allocator), {:.0} B (leader_pod_history_bytes); resolver {:.1} MiB without history, {:.1} MiB with (+{:.0} B per gone pod)",
+        gone.len(),
+        history as f64 / n,
+        accounted as f64 / n,
+        without as f64 / 1_048_576.0,
+        with_history as f64 / 1_048_576.0,
+        (with_history - without) as f64 / n,
+    );
+    black_box((plain, with));
+}
