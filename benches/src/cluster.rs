@@ -77,9 +77,9 @@ pub fn cluster(pods: usize) -> ClusterObjects {
     objects
 }
 
-/// The leader's default retention (90 min) holds this hour's worth.
 pub const CHURN_PODS: usize = 10_000;
 pub const CHANGES_PER_SECOND: i64 = 20;
+/// An hour: the leader's default retention (90 minutes) holds all of it.
 pub const CHURN_SECONDS: i64 = 3_600;
 /// Addresses beyond the live pods': the node allocators' free ranges. A freed address
 /// is handed out again after the others (about 100 s later here).
@@ -105,7 +105,7 @@ pub struct Churn {
 
 /// [`CHURN_PODS`] pods after [`CHURN_SECONDS`] of churn at [`CHANGES_PER_SECOND`]: at
 /// each change one pod is deleted and its Deployment's replacement starts with the address
-/// freed longest ago (so addresses change hands every 100 s or so).
+/// freed longest ago (handed out again about 100 s after it was freed).
 pub fn churn() -> Churn {
     let mut all = cluster(CHURN_PODS);
     let live = all.pods.len();
