@@ -943,3 +943,33 @@ fn a_denial_costs_its_position_and_verdict_once() {
     // tags and two length prefixes.
     assert_eq!(extra, 128 + 872 * 2 + 1000 + 2 * (1 + 2));
 }
+
+/// The `delta` fuzz target's seeds (written where `NE_FUZZ_SEEDS` points, by `fuzz/run`):
+/// a stream's first two batches, each behind its 2-byte length, as the target reads them.
+#[test]
+fn a_stream_encodes_as_fuzz_seeds() {
+    let mut enc = Encoder::new();
+    let edges = variety();
+    let mut later = edges.clone();
+    for s in &mut later {
+        s.count += 1;
+    }
+    let mut stream = enc.encode(1, true, &edges, DEFAULT_MAX_MESSAGE_BYTES);
+    stream.extend(enc.encode(2, false, &later, DEFAULT_MAX_MESSAGE_BYTES));
+    let mut seed = Vec::new();
+    for batch in &stream {
+        let bytes = batch.encode_to_vec();
+        let len = u16::try_from(bytes.len()).expect("a seed batch under 64 KiB");
+        seed.extend_from_slice(&len.to_le_bytes());
+        seed.extend_from_slice(&bytes);
+    }
+    let mut dec = Decoder::new();
+    for batch in &stream {
+        dec.decode(batch).expect("the seed stream decodes");
+    }
+    if let Some(dir) = std::env::var_os("NE_FUZZ_SEEDS") {
+        let dir = std::path::Path::new(&dir).join("delta");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("stream"), &seed).unwrap();
+    }
+}

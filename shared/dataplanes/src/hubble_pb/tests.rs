@@ -1214,3 +1214,25 @@ fn the_fast_path_rejects_invalid_utf8_the_slow_path_rejects() {
     }
     assert_eq!(table.snapshot()[0].count, 1);
 }
+
+/// The `hubble_pb` fuzz target's seeds (written where `NE_FUZZ_SEEDS` points, by
+/// `fuzz/run`): every capture's flow as the target reads it, a provider byte then the
+/// message behind its 2-byte length.
+#[test]
+fn captures_encode_as_fuzz_seeds() {
+    let dir = std::env::var_os("NE_FUZZ_SEEDS").map(|d| std::path::Path::new(&d).join("hubble_pb"));
+    let lines = capture_lines();
+    for (i, (at, line)) in lines.iter().enumerate() {
+        let bytes = response_from_json(line).encode_to_vec();
+        assert!(decode_response(&bytes).is_ok(), "{at}");
+        let len = u16::try_from(bytes.len()).expect("a capture message under 64 KiB");
+        let mut seed = vec![(i % 3) as u8];
+        seed.extend_from_slice(&len.to_le_bytes());
+        seed.extend_from_slice(&bytes);
+        if let Some(dir) = &dir {
+            fs::create_dir_all(dir).unwrap();
+            fs::write(dir.join(format!("capture-{i:04}")), seed).unwrap();
+        }
+    }
+    assert!(!lines.is_empty());
+}

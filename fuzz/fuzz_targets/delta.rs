@@ -1,0 +1,55 @@
+//! The leader's side of the agent stream: `ne_delta::Decoder` fed a hostile agent's
+//! batches. No batch panics; a batch refused leaves the decoder exactly as it was (its
+//! tables and the sequence it expects), and the tables never outgrow their limits.
+//!
+//! Input: batches as protobuf `Batch` messages, each behind a 2-byte little-endian
+//! length (the last one takes what is left); bytes that are not a `Batch` are skipped.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use ne_delta::{Decoder, Limits};
+use ne_proto::ingest::Batch;
+use ne_proto::prost::Message;
+
+/// Small, so that the limits are reached.
+const LIMITS: Limits = Limits {
+    strings: 64,
+    endpoints: 32,
+    edges: 32,
+};
+
+fuzz_target!(|data: &[u8]| {
+    let mut decoder = Decoder::with_limits(LIMITS);
+    let mut rest = data;
+    while !rest.is_empty() {
+        let message = match rest {
+            [lo, hi, tail @ ..] => {
+                let len = usize::from(u16::from_le_bytes([*lo, *hi])).min(tail.len());
+                let (message, after) = tail.split_at(len);
+                rest = after;
+                message
+            }
+            _ => std::mem::take(&mut rest),
+        };
+        let Ok(batch) = Batch::decode(message) else {
+            continue;
+        };
+        let before = format!("{decoder:?}");
+        match decoder.decode(&batch) {
+            Ok(_) => {
+                let sizes = decoder.table_sizes();
+                assert!(
+                    sizes.strings <= LIMITS.strings
+                        && sizes.endpoints <= LIMITS.endpoints
+                        && sizes.edges <= LIMITS.edges,
+                    "tables beyond their limits: {sizes:?}"
+                );
+            }
+            Err(e) => assert_eq!(
+                format!("{decoder:?}"),
+                before,
+                "a refused batch ({e}) changed the decoder"
+            ),
+        }
+    }
+});
