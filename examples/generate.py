@@ -496,24 +496,27 @@ class Expected:
                     if ev["dns"]:
                         row["dnsName"] = ",".join(sorted(ev["dns"]))
                     rows.append(row)
-            selector = {"matchLabels": entry["selector"]}
-            if self.backend == "kubernetes":
-                payload = {"kubernetes": {"podSelector": selector, "policyTypes": [direction],
-                                          direction.lower(): rules}}
-            else:
-                payload = {"istio": {"selector": selector, "rules": rules}}
-            spec = {"backend": self.backend}
-            spec.update(payload)
-            spec.update({"targetRef": {"kind": kind, "name": owner}, "direction": direction})
-            out.append({"apiVersion": "networkenforcer.kubewarden.io/v1alpha1",
-                        "kind": "WorkloadNetworkPolicyProposal",
-                        "metadata": {"labels": {"app.kubernetes.io/managed-by": "network-enforcer"},
-                                     "name": "%s-%s-%s" % (kind.lower(), owner, direction.lower()),
-                                     "namespace": ns},
-                        "spec": spec,
-                        "status": {"learningSince": min(r["firstSeen"] for r in rows), "conditions": [],
-                                   "peers": rows, "flowCount": sum(r["flowCount"] for r in rows)}})
+            out.append(proposal(self.backend, ns, kind, owner, direction, entry["selector"], rules, rows))
         return out
+
+
+def proposal(backend, ns, kind, name, direction, selector, rules, rows):
+    """A proposal as `learn` renders it: the rules in the backend's shape, the evidence rows."""
+    selector = {"matchLabels": selector}
+    if backend == "kubernetes":
+        spec = {"backend": backend, "kubernetes": {"podSelector": selector, "policyTypes": [direction],
+                                                   direction.lower(): rules}}
+    else:
+        spec = {"backend": backend, "istio": {"selector": selector, "rules": rules}}
+    spec.update({"targetRef": {"kind": kind, "name": name}, "direction": direction})
+    return {"apiVersion": "networkenforcer.kubewarden.io/v1alpha1",
+            "kind": "WorkloadNetworkPolicyProposal",
+            "metadata": {"labels": {"app.kubernetes.io/managed-by": "network-enforcer"},
+                         "name": "%s-%s-%s" % (kind.lower(), name, direction.lower()),
+                         "namespace": ns},
+            "spec": spec,
+            "status": {"learningSince": min(r["firstSeen"] for r in rows), "conditions": [],
+                       "peers": rows, "flowCount": sum(r["flowCount"] for r in rows)}}
 
 
 def stamp(t_ns):

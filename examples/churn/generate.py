@@ -21,7 +21,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # nothing written beside examples/generate.py
 sys.path.insert(0, os.path.dirname(HERE))
-from generate import cri, to_yaml  # noqa: E402  (formatting helpers only)
+from generate import cri, proposal, to_yaml  # noqa: E402  (formatting and the proposal shape)
 
 RNG = random.Random(20261205)
 BASE = 1_764_583_200  # 2025-12-01T10:00:00Z: the capture runs from BASE to BASE + 600 s
@@ -828,21 +828,7 @@ class Model:
                     if ev["dns"]:
                         row["dnsName"] = ",".join(sorted(ev["dns"]))
                     rows.append(row)
-            selector = {"matchLabels": entry["selector"]}
-            if self.backend == "kubernetes":
-                spec = {"backend": "kubernetes", "kubernetes": {"podSelector": selector, "policyTypes": [direction],
-                                                                direction.lower(): rules}}
-            else:
-                spec = {"backend": "istio", "istio": {"selector": selector, "rules": rules}}
-            spec.update({"targetRef": {"kind": kind, "name": name}, "direction": direction})
-            out.append({"apiVersion": "networkenforcer.kubewarden.io/v1alpha1",
-                        "kind": "WorkloadNetworkPolicyProposal",
-                        "metadata": {"labels": {"app.kubernetes.io/managed-by": "network-enforcer"},
-                                     "name": "%s-%s-%s" % (kind.lower(), name, direction.lower()),
-                                     "namespace": ns},
-                        "spec": spec,
-                        "status": {"learningSince": min(r["firstSeen"] for r in rows), "conditions": [],
-                                   "peers": rows, "flowCount": sum(r["flowCount"] for r in rows)}})
+            out.append(proposal(self.backend, ns, kind, name, direction, entry["selector"], rules, rows))
         return out
 
 

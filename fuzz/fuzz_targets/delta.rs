@@ -8,6 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use ne_delta::{Decoder, Limits};
+use ne_fuzz::frames;
 use ne_proto::ingest::Batch;
 use ne_proto::prost::Message;
 
@@ -20,17 +21,7 @@ const LIMITS: Limits = Limits {
 
 fuzz_target!(|data: &[u8]| {
     let mut decoder = Decoder::with_limits(LIMITS);
-    let mut rest = data;
-    while !rest.is_empty() {
-        let message = match rest {
-            [lo, hi, tail @ ..] => {
-                let len = usize::from(u16::from_le_bytes([*lo, *hi])).min(tail.len());
-                let (message, after) = tail.split_at(len);
-                rest = after;
-                message
-            }
-            _ => std::mem::take(&mut rest),
-        };
+    for message in frames(data) {
         let Ok(batch) = Batch::decode(message) else {
             continue;
         };

@@ -6,32 +6,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ne_dataplanes::ztunnel::{ZtunnelRecorded, record_line};
-use ne_dataplanes::{DecodeError, Decoded, Format, LineDecoder, decode_line};
+use ne_dataplanes::ztunnel::{record_line, record_line_exact};
+use ne_dataplanes::{Format, LineDecoder};
 use ne_flow::edge::Provider;
-use ne_flow::table::{EdgeSnapshot, FlowTable};
-
-fn exact(
-    table: &FlowTable,
-    payload: &[u8],
-    provider: Provider,
-) -> Result<ZtunnelRecorded, DecodeError> {
-    Ok(match decode_line(Format::Ztunnel, payload)? {
-        Decoded::Record(r) if r.verdict.is_denial() => ZtunnelRecorded::Denial(Box::new(r)),
-        Decoded::Record(r) => ZtunnelRecorded::Flow {
-            time: r.time,
-            outcome: table.record_flow(&r, provider),
-        },
-        Decoded::Skip(reason) => ZtunnelRecorded::Skip(reason),
-        Decoded::Partial => unreachable!("decode_line takes whole payloads"),
-    })
-}
-
-fn sorted(table: &FlowTable) -> Vec<EdgeSnapshot> {
-    let mut s = table.snapshot();
-    s.sort_by_key(EdgeSnapshot::key);
-    s
-}
+use ne_flow::table::FlowTable;
+use ne_fuzz::entries;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, text)) = data.split_first() else {
@@ -44,11 +23,11 @@ fuzz_target!(|data: &[u8]| {
         if let Some(payload) = lines.payload(line) {
             assert_eq!(
                 record_line(&fast, &payload, provider),
-                exact(&slow, &payload, provider),
+                record_line_exact(&slow, &payload, provider),
                 "the fast path answers otherwise"
             );
         }
     }
     lines.finish();
-    assert_eq!(sorted(&fast), sorted(&slow), "the tables differ");
+    assert_eq!(entries(&fast), entries(&slow), "the tables differ");
 });

@@ -28,7 +28,7 @@ use super::DecodeError;
 use super::common::EnumVal;
 use super::hubble::{FlowFields, L4Fields, PolicyFields, flow_record};
 use endpoint::{EndpointAcc, Labels};
-pub use fast::{HubbleDecoder, HubbleRecorded};
+pub use fast::{HubbleDecoder, HubbleRecorded, record_exact};
 use ne_flow::flow::{FlowRecord, Str, Timestamp};
 use wire::{Field, Reader};
 

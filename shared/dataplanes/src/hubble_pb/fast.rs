@@ -79,7 +79,7 @@ impl HubbleDecoder {
     ) -> Result<HubbleRecorded, DecodeError> {
         let mut fields = scan::blank();
         let Ok(walk) = scan::response(bytes, &mut fields) else {
-            return record_slow(table, bytes, provider);
+            return record_exact(table, bytes, provider);
         };
         self.endpoints.reserve(walk.endpoints.len());
         let mut known = [None; 2];
@@ -87,7 +87,7 @@ impl HubbleDecoder {
             if let Some(body) = body {
                 match self.endpoints.resolve(body) {
                     Ok(i) => *slot = Some(i),
-                    Err(Bail) => return record_slow(table, bytes, provider),
+                    Err(Bail) => return record_exact(table, bytes, provider),
                 }
             }
         }
@@ -116,7 +116,7 @@ fn record_fields(
         ..flow_core(fields)?
     };
     if core.verdict.is_denial() {
-        return record_slow(table, bytes, provider);
+        return record_exact(table, bytes, provider);
     }
     let time = fields.time;
     let direction = match direction(&core, provider) {
@@ -160,8 +160,10 @@ fn record_fields(
     Ok(HubbleRecorded::Flow { time, outcome })
 }
 
-/// The slow path: the full decode, then [`FlowTable::record_flow`].
-fn record_slow(
+/// The exact path: the full decode ([`decode_response`]), then
+/// [`FlowTable::record_flow`]. What [`HubbleDecoder::record`] answers on every message, and
+/// where it falls back on messages its walk does not take.
+pub fn record_exact(
     table: &FlowTable,
     bytes: &[u8],
     provider: Provider,

@@ -938,24 +938,6 @@ fn reserved_identities_without_labels() {
 use ne_flow::edge::Provider;
 use ne_flow::table::{EdgeSnapshot, FlowTable, RecordOutcome};
 
-/// The slow path, in the fast path's terms.
-fn record_slow(
-    table: &FlowTable,
-    bytes: &[u8],
-    provider: Provider,
-) -> Result<HubbleRecorded, DecodeError> {
-    Ok(match decode_response(bytes)? {
-        HubbleMessage::Flow(f) if f.verdict.is_denial() => HubbleRecorded::Denial(Box::new(f)),
-        HubbleMessage::Flow(f) => HubbleRecorded::Flow {
-            time: f.time,
-            outcome: table.record_flow(&f, provider),
-        },
-        HubbleMessage::LostEvents { source, count } => HubbleRecorded::LostEvents { source, count },
-        HubbleMessage::NodeStatus(s) => HubbleRecorded::NodeStatus(s),
-        HubbleMessage::Other => HubbleRecorded::Other,
-    })
-}
-
 fn sorted(table: &FlowTable) -> Vec<EdgeSnapshot> {
     let mut s = table.snapshot();
     s.sort_by_key(EdgeSnapshot::key);
@@ -1067,7 +1049,7 @@ proptest! {
         for bytes in messages.iter().chain(&messages) {
             prop_assert_eq!(
                 decoder.record(&fast, bytes, provider),
-                record_slow(&slow, bytes, provider)
+                record_exact(&slow, bytes, provider)
             );
         }
         prop_assert_eq!(sorted(&fast), sorted(&slow));
@@ -1084,7 +1066,7 @@ fn fast_path_learns_the_captures_like_the_slow_path() {
         let bytes = response_from_json(&line).encode_to_vec();
         for _ in 0..2 {
             let got = decoder.record(&fast, &bytes, Provider::Cilium);
-            assert_eq!(got, record_slow(&slow, &bytes, Provider::Cilium), "{line}");
+            assert_eq!(got, record_exact(&slow, &bytes, Provider::Cilium), "{line}");
             recorded += usize::from(matches!(
                 got,
                 Ok(HubbleRecorded::Flow { outcome: Ok(_), .. })

@@ -78,6 +78,25 @@ pub fn record_line(
     }
 }
 
+/// The exact path: [`crate::decode_line`] (`Format::Ztunnel`), then
+/// [`FlowTable::record_flow`]: what [`record_line`] must answer on every payload (the
+/// oracle of its tests and fuzz target).
+pub fn record_line_exact(
+    table: &FlowTable,
+    payload: &[u8],
+    provider: Provider,
+) -> Result<ZtunnelRecorded, DecodeError> {
+    Ok(match crate::decode_line(crate::Format::Ztunnel, payload)? {
+        crate::Decoded::Record(r) if r.verdict.is_denial() => ZtunnelRecorded::Denial(Box::new(r)),
+        crate::Decoded::Record(r) => ZtunnelRecorded::Flow {
+            time: r.time,
+            outcome: table.record_flow(&r, provider),
+        },
+        crate::Decoded::Skip(reason) => ZtunnelRecorded::Skip(reason),
+        crate::Decoded::Partial => unreachable!("a payload never decodes to a partial line"),
+    })
+}
+
 /// The slow path in the fast path's terms.
 fn slow(
     table: &FlowTable,

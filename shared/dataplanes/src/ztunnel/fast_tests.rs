@@ -1,4 +1,4 @@
-//! The ztunnel fast path ([`record_line`]) against the slow path (`decode_line` then
+//! The ztunnel fast path ([`record_line`]) against the exact path ([`record_line_exact`]: `decode_line` then
 //! `FlowTable::record_flow`): generated lines of every shape, the real captures, and the
 //! byte-level parsers against the ones they stand in for.
 
@@ -9,27 +9,10 @@ use proptest::prelude::*;
 use super::fast::fast;
 use super::scan::{addr, find_eq_or_sep, find_quote, find_sep, ipv4_port, plain, time};
 use super::*;
-use crate::{Format, LineDecoder, decode_line};
+use crate::{Format, LineDecoder};
 use ne_flow::edge::{EdgeSkip, Provider};
 use ne_flow::table::{EdgeSnapshot, FlowTable, RecordOutcome};
 use ne_flow::time::parse_rfc3339;
-
-/// The slow path, in the fast path's terms.
-fn record_slow(
-    table: &FlowTable,
-    payload: &[u8],
-    provider: Provider,
-) -> Result<ZtunnelRecorded, DecodeError> {
-    Ok(match decode_line(Format::Ztunnel, payload)? {
-        Decoded::Record(r) if r.verdict.is_denial() => ZtunnelRecorded::Denial(Box::new(r)),
-        Decoded::Record(r) => ZtunnelRecorded::Flow {
-            time: r.time,
-            outcome: table.record_flow(&r, provider),
-        },
-        Decoded::Skip(reason) => ZtunnelRecorded::Skip(reason),
-        Decoded::Partial => panic!("a payload never decodes to a partial line"),
-    })
-}
 
 fn sorted(table: &FlowTable) -> Vec<EdgeSnapshot> {
     let mut s = table.snapshot();
@@ -46,7 +29,7 @@ fn same_as_slow(payloads: &[Vec<u8>], provider: Provider, capacity: usize) -> us
     let mut decided = 0;
     for p in payloads.iter().chain(payloads) {
         let got = record_line(&fast_table, p, provider);
-        let want = record_slow(&slow_table, p, provider);
+        let want = record_line_exact(&slow_table, p, provider);
         assert_eq!(got, want, "{}", String::from_utf8_lossy(p));
         let trimmed = p.trim_ascii();
         decided += usize::from(!trimmed.is_empty() && fast(&scratch, trimmed, provider).is_some());

@@ -27,7 +27,7 @@ use serde::Deserialize;
 
 use super::common::{CowStr, parse_addr, parse_time, present};
 use super::{DecodeError, Decoded, SkipReason};
-pub use fast::{ZtunnelRecorded, record_line};
+pub use fast::{ZtunnelRecorded, record_line, record_line_exact};
 
 use ne_flow::flow::{
     Endpoint, EndpointId, FlowRecord, ObservationPoint, Protocol, Reserved, Str, Timestamp, Verdict,

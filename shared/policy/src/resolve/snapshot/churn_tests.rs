@@ -302,24 +302,32 @@ fn a_pod_gone_before_the_snapshot_resolves_through_its_listed_owner() {
     assert_eq!(owner(end_only.resolve(&group)), deploy("alpha"));
 }
 
+/// StatefulSet db's pod db-0: the first (10.0.0.60, from 0 s), and the one recreated under
+/// its name (10.0.0.61, from 400 s).
+fn db_pods() -> [Value; 2] {
+    [
+        pod(
+            "shop",
+            "db-0",
+            "uid-db-1",
+            "StatefulSet/db",
+            0,
+            &["10.0.0.60"],
+        ),
+        pod(
+            "shop",
+            "db-0",
+            "uid-db-2",
+            "StatefulSet/db",
+            400,
+            &["10.0.0.61"],
+        ),
+    ]
+}
+
 #[test]
 fn a_statefulset_pod_recreated_under_its_name_is_a_second_pod() {
-    let first = pod(
-        "shop",
-        "db-0",
-        "uid-db-1",
-        "StatefulSet/db",
-        0,
-        &["10.0.0.60"],
-    );
-    let second = pod(
-        "shop",
-        "db-0",
-        "uid-db-2",
-        "StatefulSet/db",
-        400,
-        &["10.0.0.61"],
-    );
+    let [first, second] = db_pods();
     let stream = [
         event("ADDED", &first),
         event("DELETED", &deleted_at(first.clone(), 300)),
@@ -376,22 +384,7 @@ fn a_trimmed_snapshot_without_uids_merges_with_the_watch_stream() {
         p["metadata"].as_object_mut().unwrap().remove("uid");
         p
     };
-    let first = pod(
-        "shop",
-        "db-0",
-        "uid-db-1",
-        "StatefulSet/db",
-        0,
-        &["10.0.0.60"],
-    );
-    let second = pod(
-        "shop",
-        "db-0",
-        "uid-db-2",
-        "StatefulSet/db",
-        400,
-        &["10.0.0.61"],
-    );
+    let [first, second] = db_pods();
     let end = list(
         workloads()
             .into_iter()
