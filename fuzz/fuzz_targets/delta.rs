@@ -1,6 +1,7 @@
 //! The leader's side of the agent stream: `ne_delta::Decoder` fed a hostile agent's
 //! batches. No batch panics; a batch refused leaves the decoder exactly as it was (its
-//! tables and the sequence it expects), and the tables never outgrow their limits.
+//! tables and the sequence it expects), and the tables never outgrow their limits (entries
+//! and bytes).
 //!
 //! Input: batches as protobuf `Batch` messages, each behind a 2-byte little-endian
 //! length (the last one takes what is left); bytes that are not a `Batch` are skipped.
@@ -17,6 +18,8 @@ const LIMITS: Limits = Limits {
     strings: 64,
     endpoints: 32,
     edges: 32,
+    bytes: 16 << 10,
+    rows: 64,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -32,8 +35,10 @@ fuzz_target!(|data: &[u8]| {
                 assert!(
                     sizes.strings <= LIMITS.strings
                         && sizes.endpoints <= LIMITS.endpoints
-                        && sizes.edges <= LIMITS.edges,
-                    "tables beyond their limits: {sizes:?}"
+                        && sizes.edges <= LIMITS.edges
+                        && decoder.table_bytes() <= LIMITS.bytes,
+                    "tables beyond their limits: {sizes:?}, {} bytes",
+                    decoder.table_bytes()
                 );
             }
             Err(e) => assert_eq!(

@@ -89,6 +89,11 @@ impl Builder {
         self.payload += verdict_len;
     }
 
+    /// Rows added so far.
+    pub(super) fn rows(&self) -> usize {
+        self.rows.edge.len()
+    }
+
     pub(super) fn is_empty(&self) -> bool {
         self.rows.edge.is_empty()
     }

@@ -13,12 +13,13 @@ mod columns;
 use columns::{Cursor, check_base, check_room, dense, out_of_range, read_ip};
 
 use super::codes;
-use super::{DecodedBatch, DeltaError, EdgeClass, Limits, Table, TableSizes};
+use super::{DecodedBatch, DeltaError, EdgeClass, Limits, Table, TableBudget, TableSizes, cost};
 use ne_flow::edge::Edge;
 use ne_flow::flow::{
     Direction, Endpoint, EndpointId, Labels, Protocol, Str, Timestamp, WorkloadRef,
 };
 use ne_flow::table::EdgeSnapshot;
+use std::sync::Arc;
 
 /// An edge of the stream's table, by its parts in the other tables.
 #[derive(Clone, Debug)]
@@ -48,14 +49,35 @@ struct Classes {
 ///
 /// Create one per stream and feed it every batch the stream delivers; after an error,
 /// end the stream (the agent starts over on a new one, with a snapshot).
+///
+/// Memory: the tables stay within [`Limits`] (entries and [`cost`] bytes), and within a
+/// shared [`TableBudget`] when given one; a decoded batch holds at most `Limits::rows`.
 #[derive(Debug, Default)]
 pub struct Decoder {
     strings: Vec<Str>,
     endpoints: Vec<Endpoint>,
     edges: Vec<StoredEdge>,
+    /// What the tables cost, as [`cost`] counts.
+    bytes: usize,
+    /// The shared budget, if any.
+    budget: Option<Share>,
     /// The sequence the next batch must have (none before the first).
     next_sequence: Option<u64>,
     limits: Limits,
+}
+
+/// A decoder's part of a [`TableBudget`]: `held` is its tables' cost after its last
+/// batch, given back on drop.
+#[derive(Debug)]
+struct Share {
+    budget: Arc<TableBudget>,
+    held: usize,
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        self.budget.give_back(self.held);
+    }
 }
 
 impl Decoder {
@@ -71,6 +93,19 @@ impl Decoder {
             limits: limits.clamped(),
             ..Decoder::default()
         }
+    }
+
+    /// A decoder whose tables also count against `budget`, shared with other streams.
+    pub fn with_budget(limits: Limits, budget: Arc<TableBudget>) -> Self {
+        Decoder {
+            budget: Some(Share { budget, held: 0 }),
+            ..Decoder::with_limits(limits)
+        }
+    }
+
+    /// What the tables cost, in bytes as [`cost`] counts.
+    pub fn table_bytes(&self) -> usize {
+        self.bytes
     }
 
     /// How many entries each table holds.
@@ -106,9 +141,15 @@ impl Decoder {
                 std::mem::take(&mut self.edges),
             )
         });
-        let marks = self.table_sizes();
+        let (marks, bytes) = (self.table_sizes(), self.bytes);
+        if batch.reset {
+            self.bytes = 0;
+        }
         let mut undo = Vec::new();
-        match self.apply(batch, &mut undo) {
+        let applied = self
+            .apply(batch, &mut undo)
+            .and_then(|classes| self.settle_budget().map(|()| classes));
+        match applied {
             Ok(Classes {
                 edges,
                 denials,
@@ -137,9 +178,50 @@ impl Decoder {
                 if let Some((strings, endpoints, edges)) = saved {
                     (self.strings, self.endpoints, self.edges) = (strings, endpoints, edges);
                 }
+                self.bytes = bytes;
                 Err(error)
             }
         }
+    }
+
+    /// Counts `bytes` more of table memory, unless that passes [`Limits::bytes`] or, by
+    /// what the other streams hold now, the shared budget.
+    fn grow(&mut self, bytes: usize) -> Result<(), DeltaError> {
+        let total = self.bytes.saturating_add(bytes);
+        if total > self.limits.bytes {
+            return Err(DeltaError::TableBytes {
+                limit: self.limits.bytes,
+            });
+        }
+        if let Some(share) = &self.budget {
+            let others = share.budget.used().saturating_sub(share.held);
+            if others.saturating_add(total) > share.budget.limit() {
+                return Err(DeltaError::Budget {
+                    limit: share.budget.limit(),
+                });
+            }
+        }
+        self.bytes = total;
+        Ok(())
+    }
+
+    /// Makes the shared budget hold what the tables now cost (after a batch was read).
+    fn settle_budget(&mut self) -> Result<(), DeltaError> {
+        let bytes = self.bytes;
+        let Some(share) = &mut self.budget else {
+            return Ok(());
+        };
+        if bytes > share.held {
+            if !share.budget.try_take(bytes - share.held) {
+                return Err(DeltaError::Budget {
+                    limit: share.budget.limit(),
+                });
+            }
+        } else {
+            share.budget.give_back(share.held - bytes);
+        }
+        share.held = bytes;
+        Ok(())
     }
 
     /// Appends the batch's additions and reads its rows; `undo` collects each row's
@@ -158,6 +240,20 @@ impl Decoder {
             self.strings.len(),
             batch.strings.len(),
             limits.strings,
+        )?;
+        let rows = batch.rows.as_ref().map_or(0, |r| r.edge.len());
+        if rows > limits.rows {
+            return Err(DeltaError::TooManyRows {
+                rows,
+                limit: limits.rows,
+            });
+        }
+        self.grow(
+            batch
+                .strings
+                .iter()
+                .map(|s| cost::string(s.len()))
+                .fold(0, usize::saturating_add),
         )?;
         self.strings
             .extend(batch.strings.iter().map(|s| Str::from(s.as_str())));
@@ -255,8 +351,11 @@ impl Decoder {
                 _ => Some(read_ip("address", form, &mut bytes)?),
             };
             let count = c.label_count[i] as usize;
-            // Never trust a count for an allocation: the key column bounds it.
-            let mut labels = Vec::with_capacity(count.min(keys.left()));
+            // Never trust a count for an allocation: the key column bounds it (and a count
+            // beyond it fails below, as a short column).
+            let claimed = count.min(keys.left());
+            self.grow(cost::endpoint(claimed))?;
+            let mut labels = Vec::with_capacity(claimed);
             for _ in 0..count {
                 let key = self.string(keys.next()?)?;
                 let value = self.string(values.next()?)?;
@@ -335,6 +434,7 @@ impl Decoder {
                 serial: c.serial[i],
                 first_seen: None,
             };
+            self.grow(cost::EDGE)?;
             self.edges.push(edge);
         }
         match c.verdict_position.len() - listed {
@@ -400,5 +500,21 @@ impl Decoder {
             });
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod cost_tests {
+    use super::{Endpoint, StoredEdge, Str, cost};
+    use std::mem::size_of;
+
+    #[test]
+    fn the_estimates_are_not_below_the_real_sizes() {
+        // An `Arc` allocation carries two counts besides its value.
+        let counts = 2 * size_of::<usize>();
+        assert!(size_of::<Str>() + counts <= cost::STRING);
+        assert!(size_of::<Endpoint>() + counts <= cost::ENDPOINT);
+        assert!(size_of::<(Str, Str)>() <= cost::LABEL);
+        assert!(size_of::<StoredEdge>() <= cost::EDGE);
     }
 }

@@ -13,7 +13,7 @@ use ne_proto::ingest as pb;
 use super::batch::{Builder, append_endpoints, fixed_overhead, push_address, push_code, push_u32};
 use super::codes;
 use super::intern::Interner;
-use super::{EdgeClass, Limits, MIN_MESSAGE_BYTES, TableSizes, uint_len};
+use super::{EdgeClass, Limits, MIN_MESSAGE_BYTES, TableSizes, cost, uint_len};
 use ne_flow::edge::Edge;
 use ne_flow::flow::{Direction, Endpoint, EndpointId, Protocol, Str};
 use ne_flow::table::EdgeSnapshot;
@@ -50,6 +50,8 @@ pub struct Encoder {
     strings: Interner<Str>,
     endpoints: Interner<Endpoint>,
     edges: Interner<KnownEdge>,
+    /// What the peer's tables cost, as [`cost`] counts.
+    bytes: usize,
     limits: Limits,
     oversized: u64,
     resets: u64,
@@ -74,6 +76,20 @@ struct Part {
     payload: usize,
 }
 
+impl Part {
+    /// What the additions cost the peer's tables, as [`cost`] counts.
+    fn cost(&self) -> usize {
+        let strings = self.strings.iter().map(|s| cost::string(s.len()));
+        let endpoints = self
+            .endpoints
+            .iter()
+            .map(|e| cost::endpoint(e.labels.len()));
+        strings
+            .chain(endpoints)
+            .fold(cost::EDGE, usize::saturating_add)
+    }
+}
+
 impl Encoder {
     /// An encoder for a new stream, with the default [`Limits`].
     pub fn new() -> Self {
@@ -88,6 +104,7 @@ impl Encoder {
             strings: Interner::default(),
             endpoints: Interner::default(),
             edges: Interner::default(),
+            bytes: 0,
             limits: limits.clamped(),
             oversized: 0,
             resets: 0,
@@ -170,6 +187,12 @@ impl Encoder {
         self.resets
     }
 
+    /// What the peer's tables cost, as [`cost`] counts (equal to its decoder's
+    /// [`super::Decoder::table_bytes`]).
+    pub fn table_bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// How many entries each table holds.
     pub fn table_sizes(&self) -> TableSizes {
         TableSizes {
@@ -191,7 +214,9 @@ impl Encoder {
         if let Some(index) = self.find_edge(class, &snap.edge, snap.serial) {
             let reference = self.edges.get(index).first_seen;
             let mut row = builder.row(index, snap, reference);
-            if builder.payload + row.len > budget && !builder.is_empty() {
+            if (builder.payload + row.len > budget || builder.rows() >= self.limits.rows)
+                && !builder.is_empty()
+            {
                 self.flush(builder, out);
                 row = builder.row(index, snap, reference);
             }
@@ -217,7 +242,10 @@ impl Encoder {
         let index = self.edges.len() as u32;
         let mut row = builder.row(index, snap, snap.last_seen.0);
         let mut verdict = builder.verdict_len(class);
-        if builder.payload + part.payload + verdict + row.len > budget && !builder.is_empty() {
+        if (builder.payload + part.payload + verdict + row.len > budget
+            || builder.rows() >= self.limits.rows)
+            && !builder.is_empty()
+        {
             self.flush(builder, out);
             row = builder.row(index, snap, snap.last_seen.0);
             verdict = builder.verdict_len(class);
@@ -245,6 +273,7 @@ impl Encoder {
         self.strings.clear();
         self.endpoints.clear();
         self.edges.clear();
+        self.bytes = 0;
         self.resets += 1;
         *builder = Builder::new(TableSizes::default(), self.max);
         builder.reset = true;
@@ -254,6 +283,7 @@ impl Encoder {
         self.strings.len() + part.strings.len() <= self.limits.strings
             && self.endpoints.len() + part.endpoints.len() <= self.limits.endpoints
             && self.edges.len() < self.limits.edges
+            && self.bytes.saturating_add(part.cost()) <= self.limits.bytes
     }
 
     /// The index of `edge` (incarnation `serial` of a `class` table) in the peer's edge
@@ -406,6 +436,7 @@ impl Encoder {
 
     /// Makes `part`'s additions part of `builder` and of the tables.
     fn commit(&mut self, builder: &mut Builder, part: Part, snap: &EdgeSnapshot) {
+        self.bytes = self.bytes.saturating_add(part.cost());
         for s in part.strings {
             builder.strings.push(s.to_string());
             let hash = self.hasher.hash_one(&*s);

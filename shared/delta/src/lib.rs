@@ -46,8 +46,10 @@ pub const MIN_MESSAGE_BYTES: usize = 64;
 /// tonic's default limit for a decoded message, the usual `max_message_bytes`.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
 
-/// Most entries each per-stream table may hold. The encoder starts its tables over (a
-/// batch with `reset`) rather than exceed them; the decoder rejects a batch that would.
+/// How far one stream's tables and batches may grow. The encoder starts its tables over (a
+/// batch with `reset`) rather than exceed a table limit, and closes a batch at `rows`; the
+/// decoder rejects a batch that would exceed any of them. Both ends count memory with the
+/// same estimate ([`cost`]), so an encoder with the decoder's limits is never refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Most interned strings.
@@ -56,6 +58,10 @@ pub struct Limits {
     pub endpoints: usize,
     /// Most interned edges (live table entries plus expired ones sent earlier).
     pub edges: usize,
+    /// Most bytes the three tables may take together, as [`cost`] counts them.
+    pub bytes: usize,
+    /// Most rows in one batch: what one decoded batch may hold.
+    pub rows: usize,
 }
 
 impl Limits {
@@ -63,25 +69,102 @@ impl Limits {
     /// string references use index + 1.
     pub const MAX: usize = u32::MAX as usize - 1;
 
-    /// These limits with every value capped at [`Limits::MAX`] and at least 1.
+    /// These limits with every entry count capped at [`Limits::MAX`], and every value at
+    /// least 1.
     pub fn clamped(self) -> Self {
         let clamp = |n: usize| n.clamp(1, Self::MAX);
         Limits {
             strings: clamp(self.strings),
             endpoints: clamp(self.endpoints),
             edges: clamp(self.edges),
+            bytes: self.bytes.max(1),
+            rows: clamp(self.rows),
         }
     }
 }
 
 impl Default for Limits {
-    /// 2 Mi entries per table: twice the agent's default `--max-edges`.
+    /// 2 Mi entries per table (twice the agent's default `--max-edges`), 256 MiB of tables
+    /// (a node at the default `--max-edges` needs about a third of it) and 64 Ki rows per
+    /// batch (a decoded batch of at most about 20 MB).
     fn default() -> Self {
         Limits {
             strings: 1 << 21,
             endpoints: 1 << 21,
             edges: 1 << 21,
+            bytes: 256 << 20,
+            rows: 1 << 16,
         }
+    }
+}
+
+/// The memory estimate of the per-stream tables, in bytes, that [`Limits::bytes`] and
+/// [`TableBudget`] count. Fixed numbers rather than `size_of`, so that an agent and a
+/// leader built for different targets agree; a test checks that they are not below the
+/// real sizes here.
+pub mod cost {
+    /// One interned string, besides its bytes: the shared pointer and its counts.
+    pub const STRING: usize = 32;
+    /// One interned endpoint without labels, its label set's allocation included.
+    pub const ENDPOINT: usize = 128;
+    /// One label of an endpoint: two shared string pointers.
+    pub const LABEL: usize = 32;
+    /// One interned edge.
+    pub const EDGE: usize = 64;
+
+    /// A string of `len` bytes.
+    pub fn string(len: usize) -> usize {
+        STRING.saturating_add(len)
+    }
+
+    /// An endpoint with `labels` labels.
+    pub fn endpoint(labels: usize) -> usize {
+        ENDPOINT.saturating_add(labels.saturating_mul(LABEL))
+    }
+}
+
+/// Memory shared by the decoders of many streams (the leader's): each decoder made with
+/// [`Decoder::with_budget`] holds as much of it as its tables cost, and gives it back when
+/// its tables shrink or it is dropped. A batch that would take the total past the limit is
+/// rejected ([`DeltaError::Budget`]).
+#[derive(Debug)]
+pub struct TableBudget {
+    limit: usize,
+    used: std::sync::atomic::AtomicUsize,
+}
+
+impl TableBudget {
+    /// A budget of `limit` bytes, as [`cost`] counts them.
+    pub fn new(limit: usize) -> Self {
+        TableBudget {
+            limit,
+            used: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// The limit, in bytes.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes held by every decoder together.
+    pub fn used(&self) -> usize {
+        self.used.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Takes `n` bytes, unless that would pass the limit.
+    fn try_take(&self, n: usize) -> bool {
+        use std::sync::atomic::Ordering;
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|&total| total <= self.limit)
+            })
+            .is_ok()
+    }
+
+    /// Gives back `n` bytes taken earlier.
+    fn give_back(&self, n: usize) {
+        self.used.fetch_sub(n, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -225,6 +308,27 @@ pub enum DeltaError {
         column: &'static str,
         /// The value.
         value: i64,
+    },
+    /// The batch would take the stream's tables past [`Limits::bytes`].
+    #[error("the stream's tables would take more than {limit} bytes")]
+    TableBytes {
+        /// The limit.
+        limit: usize,
+    },
+    /// The batch would take the tables of every stream together past their
+    /// [`TableBudget`]; the stream may try again later.
+    #[error("the tables of all streams would take more than {limit} bytes (the leader's budget)")]
+    Budget {
+        /// The budget's limit.
+        limit: usize,
+    },
+    /// The batch has more rows than [`Limits::rows`].
+    #[error("batch has {rows} rows, more than the limit of {limit}")]
+    TooManyRows {
+        /// The batch's rows.
+        rows: usize,
+        /// The limit.
+        limit: usize,
     },
     /// `snapshot_end` is set on a batch that is not part of a snapshot.
     #[error("snapshot_end set on a batch that is not part of a snapshot")]

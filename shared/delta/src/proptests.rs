@@ -193,13 +193,24 @@ fn rounds() -> impl Strategy<Value = Vec<Vec<(usize, u64, i64, i64)>>> {
 }
 
 fn small_limits() -> impl Strategy<Value = Option<Limits>> {
-    prop::option::of((32usize..200, 2usize..40, 1usize..20).prop_map(
-        |(strings, endpoints, edges)| Limits {
-            strings,
-            endpoints,
-            edges,
-        },
-    ))
+    // Table bytes from just above the largest entry `class_entries` makes (about 1 600
+    // bytes: so no entry is too large alone); rows from 1.
+    prop::option::of(
+        (
+            32usize..200,
+            2usize..40,
+            1usize..20,
+            1600usize..8000,
+            1usize..20,
+        )
+            .prop_map(|(strings, endpoints, edges, bytes, rows)| Limits {
+                strings,
+                endpoints,
+                edges,
+                bytes,
+                rows,
+            }),
+    )
 }
 
 /// Whether `sub` is `all` with some elements left out, in order.
@@ -259,6 +270,11 @@ proptest! {
                 }
             }
             prop_assert_eq!(enc.table_sizes(), dec.table_sizes());
+            prop_assert_eq!(enc.table_bytes(), dec.table_bytes());
+            prop_assert!(dec.table_bytes() <= limits.bytes);
+            for b in &batches {
+                prop_assert!(b.rows.as_ref().map_or(0, |r| r.edge.len()) <= limits.rows);
+            }
         }
     }
 

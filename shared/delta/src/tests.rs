@@ -12,6 +12,7 @@ use ne_flow::flow::{
     Direction, Endpoint, EndpointId, Protocol, Reserved, Timestamp, WorkloadKind, WorkloadRef,
     labels,
 };
+use std::sync::Arc;
 
 /// xorshift64: deterministic pseudo-random numbers without a dependency.
 pub(super) struct XorShift(pub(super) u64);
@@ -358,6 +359,7 @@ fn the_encoder_starts_its_tables_over_at_its_limits_and_the_decoder_follows() {
         strings: 1000,
         endpoints: 1000,
         edges: 64,
+        ..Limits::default()
     };
     let (mut enc, mut dec) = (Encoder::with_limits(limits), Decoder::with_limits(limits));
     let mut sequence = 1;
@@ -675,6 +677,7 @@ fn the_decoder_refuses_to_grow_past_its_limits() {
         strings: 1 << 10,
         endpoints: 1 << 10,
         edges: 5,
+        ..Limits::default()
     });
     assert_eq!(
         dec.decode(&first[0]),
@@ -684,6 +687,134 @@ fn the_decoder_refuses_to_grow_past_its_limits() {
         })
     );
     assert_eq!(dec.table_sizes(), TableSizes::default());
+}
+
+/// A batch of `n` new strings of `len` bytes each (no rows), at table offset `base`.
+fn strings_batch(sequence: u64, base: usize, n: usize, len: usize) -> pb::Batch {
+    pb::Batch {
+        sequence,
+        strings_base: base as u32,
+        strings: (0..n).map(|i| format!("{i:0len$}")).collect(),
+        ..pb::Batch::default()
+    }
+}
+
+#[test]
+fn the_decoder_refuses_tables_past_their_bytes_and_stays_as_it_was() {
+    let limits = Limits {
+        bytes: 100 * cost::string(10),
+        ..Limits::default()
+    };
+    let mut dec = Decoder::with_limits(limits);
+    dec.decode(&strings_batch(1, 0, 60, 10)).unwrap();
+    assert_eq!(dec.table_bytes(), 60 * cost::string(10));
+    let refused = strings_batch(2, 60, 41, 10);
+    assert_eq!(
+        dec.decode(&refused),
+        Err(DeltaError::TableBytes {
+            limit: limits.bytes
+        })
+    );
+    assert_eq!(dec.table_sizes().strings, 60);
+    assert_eq!(dec.table_bytes(), 60 * cost::string(10));
+    dec.decode(&strings_batch(2, 60, 40, 10)).unwrap();
+    assert_eq!(dec.table_bytes(), limits.bytes);
+}
+
+#[test]
+fn labels_count_in_the_bytes_before_they_are_allocated() {
+    // One endpoint claiming a million labels, all the same string: two bytes each on the
+    // wire, 32 each in memory. The count is checked before the labels are built.
+    let (first, _) = stream();
+    let mut batch = first[0].clone();
+    let n = 1_000_000;
+    let e = endpoints(&mut batch);
+    e.label_count[0] = n;
+    e.label_key = vec![0; n as usize];
+    e.label_value = vec![0; n as usize];
+    let limits = Limits {
+        bytes: 1 << 20,
+        ..Limits::default()
+    };
+    let mut dec = Decoder::with_limits(limits);
+    assert_eq!(
+        dec.decode(&batch),
+        Err(DeltaError::TableBytes { limit: 1 << 20 })
+    );
+    assert_eq!(
+        (dec.table_sizes(), dec.table_bytes()),
+        (TableSizes::default(), 0)
+    );
+    assert_eq!(decode_all(&mut dec, &first), variety());
+}
+
+#[test]
+fn a_shared_budget_bounds_every_stream_together_and_is_given_back() {
+    let budget = Arc::new(TableBudget::new(100 * cost::string(10)));
+    let mut a = Decoder::with_budget(Limits::default(), budget.clone());
+    let mut b = Decoder::with_budget(Limits::default(), budget.clone());
+    a.decode(&strings_batch(1, 0, 70, 10)).unwrap();
+    assert_eq!(budget.used(), 70 * cost::string(10));
+    assert_eq!(
+        b.decode(&strings_batch(1, 0, 31, 10)),
+        Err(DeltaError::Budget {
+            limit: budget.limit()
+        })
+    );
+    assert_eq!((b.table_bytes(), budget.used()), (0, 70 * cost::string(10)));
+    b.decode(&strings_batch(1, 0, 30, 10)).unwrap();
+    assert_eq!(budget.used(), budget.limit());
+    // A reset gives back what the old tables held.
+    let mut reset = strings_batch(2, 0, 10, 10);
+    reset.reset = true;
+    a.decode(&reset).unwrap();
+    assert_eq!(budget.used(), 40 * cost::string(10));
+    drop(a);
+    drop(b);
+    assert_eq!(budget.used(), 0);
+}
+
+#[test]
+fn rows_per_batch_are_limited_at_both_ends() {
+    let mut rng = XorShift(5);
+    let edges = node_like(25, &mut rng);
+    let limits = Limits {
+        rows: 10,
+        ..Limits::default()
+    };
+    let mut enc = Encoder::with_limits(limits);
+    let batches = enc.encode(1, true, &edges, DEFAULT_MAX_MESSAGE_BYTES);
+    let rows: Vec<usize> = batches
+        .iter()
+        .map(|b| b.rows.as_ref().map_or(0, |r| r.edge.len()))
+        .collect();
+    assert_eq!(rows, [10, 10, 5]);
+    assert_eq!(
+        decode_all(&mut Decoder::with_limits(limits), &batches),
+        edges
+    );
+    let mut strict = Decoder::with_limits(Limits { rows: 9, ..limits });
+    assert_eq!(
+        strict.decode(&batches[0]),
+        Err(DeltaError::TooManyRows { rows: 10, limit: 9 })
+    );
+    assert_eq!(strict.table_sizes(), TableSizes::default());
+}
+
+#[test]
+fn the_encoder_starts_over_before_the_decoder_would_refuse_the_bytes() {
+    let mut rng = XorShift(17);
+    let edges = node_like(200, &mut rng);
+    let limits = Limits {
+        bytes: 40 * (cost::EDGE + 2 * cost::endpoint(3)),
+        ..Limits::default()
+    };
+    let (mut enc, mut dec) = (Encoder::with_limits(limits), Decoder::with_limits(limits));
+    let batches = enc.encode(1, true, &edges, DEFAULT_MAX_MESSAGE_BYTES);
+    assert!(enc.resets() > 0);
+    assert_eq!(decode_all(&mut dec, &batches), edges);
+    assert_eq!(enc.table_bytes(), dec.table_bytes());
+    assert!(dec.table_bytes() <= limits.bytes);
 }
 
 #[test]
