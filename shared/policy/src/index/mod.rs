@@ -117,6 +117,10 @@ pub enum Hello {
     /// An older epoch than the agent's current one: its batches will be ignored (a stale
     /// process; the stream should be refused).
     Stale,
+    /// The agent is unknown and the index already knows as many agents as it may
+    /// ([`EdgeIndex::with_max_agents`]): its batches will be dropped (the stream should be
+    /// refused).
+    Full,
 }
 
 /// What one [`EdgeIndex::apply`] did with its entries; every entry is counted once.
@@ -132,7 +136,8 @@ pub struct ApplyStats {
     pub stale_serial: u64,
     /// Entries of a batch from an epoch older than the agent's current one.
     pub stale_epoch: u64,
-    /// Entries of a new key dropped because the index was full.
+    /// Entries of a new key dropped because the index was full, or of an agent it had no
+    /// room for ([`Hello::Full`]).
     pub dropped: u64,
 }
 
@@ -182,6 +187,8 @@ pub struct EdgeIndex {
     changed: Vec<u32>,
     agent_slots: HashMap<AgentId, u32, RandomState>,
     agents: Vec<AgentState>,
+    /// Most agents known at once.
+    max_agents: usize,
     capacity: usize,
     totals: ApplyStats,
 }
@@ -201,15 +208,29 @@ impl EdgeIndex {
             changed: Vec::new(),
             agent_slots: HashMap::default(),
             agents: Vec::new(),
+            max_agents: u32::MAX as usize,
             capacity,
             totals: ApplyStats::default(),
         }
+    }
+
+    /// This index, knowing at most `max` agents (streams of further agents are refused:
+    /// [`Hello::Full`]). Every agent ever seen stays known, as its entries refer to it.
+    pub fn with_max_agents(mut self, max: usize) -> Self {
+        self.max_agents = max.min(u32::MAX as usize);
+        self
+    }
+
+    /// Agents known (every agent id that ever sent a hello or a batch).
+    pub fn agents(&self) -> usize {
+        self.agents.len()
     }
 
     /// Registers a new stream of `agent` in `epoch`. A newer epoch retires the agent's
     /// older ones (their counts stay in the totals) and makes their batches stale.
     pub fn hello(&mut self, agent: &AgentId, epoch: u64) -> Hello {
         match self.agent_slots.get(agent) {
+            None if self.agents.len() >= self.max_agents => Hello::Full,
             None => {
                 self.register(agent, epoch);
                 Hello::New
@@ -240,11 +261,13 @@ impl EdgeIndex {
     }
 
     /// The agent's slot if a batch of `epoch` is current (a newer or unknown epoch is an
-    /// implicit hello), `None` if it is stale.
-    fn admit(&mut self, agent: &AgentId, epoch: u64) -> Option<u32> {
+    /// implicit hello), else why not ([`Hello::Stale`] or [`Hello::Full`]).
+    fn admit(&mut self, agent: &AgentId, epoch: u64) -> Result<u32, Hello> {
         match self.hello(agent, epoch) {
-            Hello::Stale => None,
-            Hello::New | Hello::Resumed | Hello::Restarted => self.agent_slots.get(agent).copied(),
+            refused @ (Hello::Stale | Hello::Full) => Err(refused),
+            Hello::New | Hello::Resumed | Hello::Restarted => {
+                self.agent_slots.get(agent).copied().ok_or(Hello::Full)
+            }
         }
     }
 
@@ -253,10 +276,18 @@ impl EdgeIndex {
     /// cloned once, or dropped and counted when the index is full.
     pub fn apply(&mut self, agent: &AgentId, epoch: u64, edges: &[EdgeSnapshot]) -> ApplyStats {
         let mut stats = ApplyStats::default();
-        let Some(slot) = self.admit(agent, epoch) else {
-            stats.stale_epoch = edges.len() as u64;
-            self.totals += stats;
-            return stats;
+        let slot = match self.admit(agent, epoch) {
+            Ok(slot) => slot,
+            Err(refused) => {
+                let n = edges.len() as u64;
+                if refused == Hello::Stale {
+                    stats.stale_epoch = n;
+                } else {
+                    stats.dropped = n;
+                }
+                self.totals += stats;
+                return stats;
+            }
         };
         for snap in edges {
             let view: &dyn KeyView = &EdgeView(&snap.edge);

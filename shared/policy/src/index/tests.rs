@@ -135,6 +135,28 @@ fn a_newer_epoch_retires_the_old_one_and_old_batches_are_stale() {
 }
 
 #[test]
+fn agents_beyond_the_limit_are_refused_and_their_batches_dropped() {
+    let mut index = EdgeIndex::new(10).with_max_agents(2);
+    let c = AgentId::from("node-c");
+    assert_eq!(index.hello(&a(), 1), Hello::New);
+    index.apply(&b(), 1, &[snap(1, 5, 10, 100, 200)]);
+    assert_eq!(index.agents(), 2);
+    assert_eq!(index.hello(&c, 1), Hello::Full);
+    let s = index.apply(&c, 1, &[snap(2, 6, 3, 100, 100)]);
+    assert_eq!(
+        s,
+        ApplyStats {
+            dropped: 1,
+            ..ApplyStats::default()
+        }
+    );
+    assert_eq!((index.agents(), index.len()), (2, 1));
+    // Known agents come and go as before.
+    assert_eq!(index.hello(&a(), 1), Hello::Resumed);
+    assert_eq!(index.hello(&b(), 2), Hello::Restarted);
+}
+
+#[test]
 fn a_batch_of_a_newer_epoch_is_an_implicit_hello() {
     let mut index = EdgeIndex::new(10);
     index.apply(&a(), 4, &[snap(1, 5, 10, 100, 200)]);
