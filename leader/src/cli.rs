@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::ingest::IngestLimits;
+
 /// Network Enforcer leader: merges the agents' flows into allow-lists, writes proposals,
 /// checks violations and manages native policies. `learn` and `check` run offline on
 /// captured flows.
@@ -23,7 +25,7 @@ pub enum Command {
     /// Evaluate captured flows against policies and print the would-be violations.
     Check(CheckArgs),
     /// Serve the agents' ingest stream, merge their edges, and write proposals.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 }
 
 /// The data plane whose rules the leader learns by.
@@ -77,6 +79,29 @@ pub struct RunArgs {
     /// Most distinct edges the merged index holds; new edges beyond it are dropped and counted.
     #[arg(long, env = "NE_MAX_EDGES", default_value_t = 1_000_000)]
     pub max_edges: usize,
+    /// Most agent streams open at once; more are refused (RESOURCE_EXHAUSTED).
+    #[arg(long, env = "NE_MAX_AGENT_STREAMS", default_value_t = IngestLimits::default().max_streams)]
+    pub max_agent_streams: usize,
+    /// Most agent streams open at once from one address (an agent needs one, two while it
+    /// reconnects).
+    #[arg(long, env = "NE_MAX_AGENT_STREAMS_PER_ADDRESS", default_value_t = IngestLimits::default().max_streams_per_address)]
+    pub max_agent_streams_per_address: usize,
+    /// Most distinct agent ids the leader keeps (every agent seen since it started);
+    /// streams of further agents are refused.
+    #[arg(long, env = "NE_MAX_AGENTS", default_value_t = IngestLimits::default().max_agents)]
+    pub max_agents: usize,
+    /// Largest message accepted from an agent, in bytes: at least the agents'
+    /// `--max-message-bytes`.
+    #[arg(long, env = "NE_MAX_MESSAGE_BYTES", default_value_t = IngestLimits::default().max_message_bytes)]
+    pub max_message_bytes: usize,
+    /// Memory the per-stream tables of all agent streams may hold together, in bytes; a
+    /// batch beyond it is rejected and its agent retries.
+    #[arg(long, env = "NE_MAX_STREAM_TABLE_BYTES", default_value_t = IngestLimits::default().table_bytes)]
+    pub max_stream_table_bytes: usize,
+    /// How long an ack may wait for an agent that does not read its stream; the stream
+    /// then ends.
+    #[arg(long, env = "NE_ACK_TIMEOUT", default_value = "30s", value_parser = ne_flow::time::parse_duration)]
+    pub ack_timeout: std::time::Duration,
     /// Namespaces whose workloads get no proposals (they still appear as peers).
     #[arg(
         long,
@@ -209,4 +234,19 @@ pub struct CheckArgs {
 pub enum SummaryFormat {
     Table,
     Json,
+}
+
+impl RunArgs {
+    /// The ingest limits these flags give.
+    pub fn ingest_limits(&self) -> IngestLimits {
+        IngestLimits {
+            max_streams: self.max_agent_streams,
+            max_streams_per_address: self.max_agent_streams_per_address,
+            max_agents: self.max_agents,
+            max_message_bytes: self.max_message_bytes,
+            ack_timeout: self.ack_timeout,
+            table_bytes: self.max_stream_table_bytes,
+            ..IngestLimits::default()
+        }
+    }
 }

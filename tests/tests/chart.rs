@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::OnceLock;
 
+use ne_leader::ingest::IngestLimits;
 use serde_json::{Value, json};
 
 #[path = "chart/helm.rs"]
@@ -326,6 +327,20 @@ fn leader_args_parse_and_agree_with_the_release() {
             container_port(container, "metrics")
         );
         probes(container);
+        // The chart's ingest limits are the binary's defaults, and the leader takes the
+        // largest message an agent sends.
+        assert_eq!(
+            run.ingest_limits(),
+            IngestLimits::default(),
+            "{}",
+            case.name
+        );
+        // The agent: a DaemonSet, or one Deployment (Calico reads Goldmane centrally).
+        let agent = case
+            .find("DaemonSet", "ne-agent")
+            .unwrap_or_else(|| case.get("Deployment", "ne-agent"));
+        let agent = agent_args(&agent["spec"]["template"]["spec"]);
+        assert!(run.max_message_bytes >= agent.max_message_bytes);
 
         // The ingest Service reaches only the pod holding the Lease.
         let service = case.get("Service", "ne-leader");

@@ -30,7 +30,7 @@ use ne_flow::flow::{
 use ne_flow::table::FlowTable;
 use ne_leader::auth::Insecure;
 use ne_leader::controller::plan::{self, Action, Config, World};
-use ne_leader::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics};
+use ne_leader::ingest::{IndexHandle, IngestLimits, IngestService, LeaderMetrics};
 use ne_leader::violations::detect::{Traffic, detect};
 use ne_node_agent::metrics::AgentMetrics;
 use ne_node_agent::ship::{self, ShipConfig};
@@ -145,10 +145,15 @@ async fn main() -> anyhow::Result<()> {
         ne_leader::ingest::leader_epoch(),
         Arc::new(LeaderMetrics::default()),
         Arc::new(Insecure),
-    );
+    )
+    // Every agent connects from loopback here.
+    .with_limits(IngestLimits {
+        max_streams_per_address: usize::MAX,
+        ..IngestLimits::default()
+    });
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(IngestServer::new(service))
+            .add_service(service.into_server())
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
 

@@ -14,12 +14,22 @@ pub struct RefusedLabel {
     pub reason: &'static str,
 }
 
+/// Label set `{reason}` of ended streams.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndedLabel {
+    pub reason: &'static str,
+}
+
 /// Every instrument of the leader.
 #[derive(Debug)]
 pub struct LeaderMetrics {
     pub streams_opened: Counter,
     pub streams_refused: Family<RefusedLabel, Counter>,
     pub streams_active: Gauge,
+    /// Streams that ended, by why.
+    pub streams_ended: Family<EndedLabel, Counter>,
+    /// Bytes the tables of every open stream hold (the budget's use).
+    pub stream_table_bytes: Gauge,
     /// Streams ended because this replica lost the Lease.
     pub streams_lost_lease: Counter,
     /// Failed patches of this replica's Pod label (module `leader_label`).
@@ -45,6 +55,8 @@ impl Default for LeaderMetrics {
             streams_opened: Counter::default(),
             streams_refused: Family::default(),
             streams_active: Gauge::default(),
+            streams_ended: Family::default(),
+            stream_table_bytes: Gauge::default(),
             streams_lost_lease: Counter::default(),
             pod_label_failures: Counter::default(),
             batches_received: Counter::default(),
@@ -107,8 +119,19 @@ impl LeaderMetrics {
         }
         r.register(
             "leader_streams_refused",
-            "Agent streams refused, by reason (standby, bad_hello, unauthenticated, forbidden, review_failed)",
+            "Agent streams refused, by reason (standby, bad_hello, unauthenticated, forbidden, review_failed, too_many_streams, too_many_streams_from_address, hello_timeout, message_too_large, stale_epoch, too_many_agents)",
             self.streams_refused.clone(),
+        );
+        r.register(
+            "leader_streams_ended",
+            "Agent streams ended after their hello, by reason (closed, gone, transport, lost_lease, shutting_down, out_of_sequence, bad_message, bad_batch, table_limit, table_budget, message_too_large, ack_timeout)",
+            self.streams_ended.clone(),
+        );
+        r.register_with_unit(
+            "leader_stream_table",
+            "Memory the per-stream tables of every open agent stream hold together",
+            Unit::Bytes,
+            self.stream_table_bytes.clone(),
         );
         r.register(
             "leader_streams_active",

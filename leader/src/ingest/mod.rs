@@ -16,24 +16,34 @@
 //! is idle). Malformed input (no hello first, a batch out of
 //! sequence, a batch the decoder rejects) gets a `Reject` naming the batch and the reason,
 //! and the stream ends; the agent starts over with a snapshot.
+//!
+//! A hostile agent holding valid credentials is bounded by [`IngestLimits`]: streams in
+//! all and per address, the message size, the hello's deadline, agents known, the tables
+//! of every stream together (a shared [`TableBudget`]), rows per batch, batches decoded at
+//! once, and how long an ack may wait for an agent that does not read. Every refusal and
+//! every stream's end is counted by reason (`leader_streams_refused`,
+//! `leader_streams_ended`).
 
+mod limits;
 mod metrics;
 mod owner;
 
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
-use ne_delta::Decoder;
+use ne_delta::{Decoder, DeltaError, TableBudget};
 use ne_proto::ingest::ingest_server::Ingest;
 use ne_proto::ingest::{Ack, AgentMessage, LeaderMessage, Reject, agent_message, leader_message};
 
 use crate::auth::Authenticator;
-use ne_policy::index::AgentId;
-use tokio::sync::mpsc;
+use ne_policy::index::{AgentId, Hello};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Code, Request, Response, Status, Streaming};
 
+pub use limits::IngestLimits;
 pub use metrics::LeaderMetrics;
 pub use ne_proto::ingest::ingest_server::IngestServer;
 pub use owner::{IndexClosed, IndexHandle, Indexes, Merged};
@@ -64,6 +74,15 @@ pub struct IngestService<L> {
     leader_epoch: u64,
     metrics: Arc<LeaderMetrics>,
     auth: Arc<dyn Authenticator>,
+    limits: IngestLimits,
+    /// One permit per open stream.
+    streams: Arc<Semaphore>,
+    /// Open streams per remote address.
+    per_address: Arc<OpenByAddress>,
+    /// The tables of every stream.
+    budget: Arc<TableBudget>,
+    /// One permit per batch being decoded and applied.
+    decoding: Arc<Semaphore>,
 }
 
 impl<L: std::fmt::Debug> std::fmt::Debug for IngestService<L> {
@@ -79,6 +98,7 @@ impl<L: Leadership> IngestService<L> {
     /// Streams are applied to `index` while `leadership` says this replica leads;
     /// `leader_epoch` (larger at every new leader) is sent in every ack; `metrics` counts
     /// what the streams do; `auth` checks every stream's credentials before its hello.
+    /// Limits are the defaults until [`IngestService::with_limits`].
     pub fn new(
         index: IndexHandle,
         leadership: L,
@@ -92,7 +112,50 @@ impl<L: Leadership> IngestService<L> {
             leader_epoch,
             metrics,
             auth,
+            limits: IngestLimits::default(),
+            streams: Arc::new(Semaphore::new(0)),
+            per_address: Arc::default(),
+            budget: Arc::new(TableBudget::new(0)),
+            decoding: Arc::new(Semaphore::new(0)),
         }
+        .with_limits(IngestLimits::default())
+    }
+
+    /// This service with `limits` (the index's own, agents known, are given to
+    /// [`IndexHandle::spawn_with_max_agents`]).
+    pub fn with_limits(mut self, limits: IngestLimits) -> Self {
+        self.streams = Arc::new(Semaphore::new(
+            limits.max_streams.min(Semaphore::MAX_PERMITS),
+        ));
+        self.budget = Arc::new(TableBudget::new(limits.table_bytes));
+        self.decoding = Arc::new(Semaphore::new(
+            limits.decoding.clamp(1, Semaphore::MAX_PERMITS),
+        ));
+        self.limits = limits;
+        self
+    }
+
+    /// The gRPC server of this service, with its message size limit.
+    pub fn into_server(self) -> IngestServer<Self> {
+        let max = self.limits.max_message_bytes;
+        IngestServer::new(self)
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max)
+    }
+
+    /// A slot among the streams of `address` (none known: always), given back on drop;
+    /// `None` when the address has all it may.
+    fn address_slot(&self, address: Option<IpAddr>) -> Option<AddressSlot> {
+        let Some(address) = address else {
+            return Some(AddressSlot(None));
+        };
+        let mut open = self.per_address.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(address).or_insert(0);
+        if *n >= self.limits.max_streams_per_address {
+            return None;
+        }
+        *n += 1;
+        Some(AddressSlot(Some((address, self.per_address.clone()))))
     }
 
     fn refuse(&self, reason: &'static str, status: Status) -> Status {
@@ -133,12 +196,44 @@ impl<L: Leadership + Clone> Ingest for IngestService<L> {
             Ok(user) => user,
             Err(refusal) => return Err(self.refuse(refusal.reason, refusal.status)),
         };
+        let Ok(stream_permit) = self.streams.clone().try_acquire_owned() else {
+            let status = Status::resource_exhausted(format!(
+                "the leader has {} agent streams open, its limit (--max-agent-streams)",
+                self.limits.max_streams
+            ));
+            return Err(self.refuse("too_many_streams", status));
+        };
+        let address = request.remote_addr().map(|a| a.ip());
+        let Some(address_slot) = self.address_slot(address) else {
+            let status = Status::resource_exhausted(format!(
+                "{} streams are open from this address, the limit (--max-agent-streams-per-address)",
+                self.limits.max_streams_per_address
+            ));
+            return Err(self.refuse("too_many_streams_from_address", status));
+        };
         let mut inbound = request.into_inner();
-        let hello = match inbound.message().await? {
-            Some(AgentMessage {
+        let first = match tokio::time::timeout(self.limits.hello_timeout, inbound.message()).await {
+            Ok(first) => first,
+            Err(_) => {
+                let status = Status::deadline_exceeded(format!(
+                    "no Hello within {:?}",
+                    self.limits.hello_timeout
+                ));
+                return Err(self.refuse("hello_timeout", status));
+            }
+        };
+        let hello = match first {
+            Ok(Some(AgentMessage {
                 message: Some(agent_message::Message::Hello(hello)),
-            }) => hello,
-            _ => {
+            })) => hello,
+            Err(status) => {
+                let (reason, status) = inbound_error(status, self.limits.max_message_bytes);
+                return Err(match reason {
+                    "message_too_large" => self.refuse(reason, status),
+                    _ => status,
+                });
+            }
+            Ok(_) => {
                 let status = Status::invalid_argument("the first message must be a Hello");
                 return Err(self.refuse("bad_hello", status));
             }
@@ -147,20 +242,63 @@ impl<L: Leadership + Clone> Ingest for IngestService<L> {
             let status = Status::invalid_argument("Hello.agent_id is empty");
             return Err(self.refuse("bad_hello", status));
         }
+        let agent = AgentId::from(hello.agent_id.as_str());
+        match self.index.hello(agent.clone(), hello.agent_epoch).await {
+            Err(IndexClosed) => return Err(Status::unavailable("the leader is shutting down")),
+            Ok(Hello::Stale) => {
+                let status = Status::failed_precondition(format!(
+                    "agent {} has a newer process than epoch {}",
+                    hello.agent_id, hello.agent_epoch
+                ));
+                return Err(self.refuse("stale_epoch", status));
+            }
+            Ok(Hello::Full) => {
+                let status = Status::resource_exhausted(format!(
+                    "the leader knows {} agents, its limit (--max-agents); agent {} is not one of them",
+                    self.limits.max_agents, hello.agent_id
+                ));
+                return Err(self.refuse("too_many_agents", status));
+            }
+            Ok(Hello::New | Hello::Resumed | Hello::Restarted) => {}
+        }
         self.metrics.streams_opened.inc();
         let (tx, rx) = mpsc::channel(16);
         let session = Session {
-            agent: AgentId::from(hello.agent_id.as_str()),
+            agent,
             epoch: hello.agent_epoch,
             index: self.index.clone(),
             leadership: self.leadership.clone(),
             leader_epoch: self.leader_epoch,
             metrics: self.metrics.clone(),
+            limits: self.limits.clone(),
+            budget: self.budget.clone(),
+            decoding: self.decoding.clone(),
+            _permits: (stream_permit, address_slot),
             tx,
         };
         tracing::info!(agent = %hello.agent_id, node = %hello.node, epoch = hello.agent_epoch, %user, "agent stream opened");
         tokio::spawn(session.run(inbound));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Open streams per remote address.
+type OpenByAddress = Mutex<std::collections::HashMap<IpAddr, usize>>;
+
+/// A stream's place among its address's streams, given back on drop.
+struct AddressSlot(Option<(IpAddr, Arc<OpenByAddress>)>);
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        if let Some((address, open)) = &self.0 {
+            let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(n) = open.get_mut(address) {
+                *n -= 1;
+                if *n == 0 {
+                    open.remove(address);
+                }
+            }
+        }
     }
 }
 
@@ -172,34 +310,60 @@ struct Session<L> {
     leadership: L,
     leader_epoch: u64,
     metrics: Arc<LeaderMetrics>,
+    limits: IngestLimits,
+    budget: Arc<TableBudget>,
+    decoding: Arc<Semaphore>,
+    /// Held while the stream is open.
+    _permits: (OwnedSemaphorePermit, AddressSlot),
     tx: mpsc::Sender<Result<LeaderMessage, Status>>,
 }
 
 impl<L: Leadership> Session<L> {
     async fn run(self, mut inbound: Streaming<AgentMessage>) {
         self.metrics.streams_active.inc();
-        let end = self.serve(&mut inbound).await;
+        let mut decoder = Decoder::with_budget(self.limits.tables, self.budget.clone());
+        let end = self.serve(&mut inbound, &mut decoder).await;
+        drop(decoder);
+        self.metrics
+            .stream_table_bytes
+            .set(self.budget.used() as i64);
         self.metrics.streams_active.dec();
+        let reason = match &end {
+            Ok(()) => "closed",
+            Err(End::Rejected(reason, _)) => reason,
+            Err(End::Status(reason, _)) => reason,
+            Err(End::AckTimeout) => "ack_timeout",
+            Err(End::Gone) => "gone",
+        };
+        self.metrics
+            .streams_ended
+            .get_or_create(&metrics::EndedLabel { reason })
+            .inc();
         match end {
             Ok(()) => tracing::info!(agent = %self.agent, "agent stream closed"),
-            Err(End::Rejected(reason)) => {
-                tracing::warn!(agent = %self.agent, reason, "agent stream rejected")
+            Err(End::Rejected(_, message)) => {
+                tracing::warn!(agent = %self.agent, reason = message, "agent stream rejected")
             }
-            Err(End::Status(status)) => {
+            Err(End::Status(_, status)) => {
                 tracing::info!(agent = %self.agent, %status, "agent stream ended");
-                let _ = self.tx.send(Err(status)).await;
+                // An agent that reads nothing must not hold this task: never wait here.
+                let _ = self.tx.try_send(Err(status));
             }
+            Err(End::AckTimeout) => tracing::warn!(
+                agent = %self.agent,
+                timeout = ?self.limits.ack_timeout,
+                "agent stream ended: the agent does not read its acks"
+            ),
             Err(End::Gone) => {}
         }
     }
 
-    async fn serve(&self, inbound: &mut Streaming<AgentMessage>) -> Result<(), End> {
-        self.index
-            .hello(self.agent.clone(), self.epoch)
-            .await
-            .map_err(|_| End::Status(Status::unavailable("the leader is shutting down")))?;
+    async fn serve(
+        &self,
+        inbound: &mut Streaming<AgentMessage>,
+        decoder: &mut Decoder,
+    ) -> Result<(), End> {
         self.ack(0).await?;
-        let mut decoder = Decoder::new();
         let mut expected = 1u64;
         // An idle agent sends nothing: the Lease is also checked on a timer, so a replica
         // that lost it ends its streams and the agents move on to the new leader.
@@ -207,7 +371,10 @@ impl<L: Leadership> Session<L> {
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let message = tokio::select! {
-                message = inbound.message() => message.map_err(End::Status)?,
+                message = inbound.message() => message.map_err(|status| {
+                    let (reason, status) = inbound_error(status, self.limits.max_message_bytes);
+                    End::Status(reason, status)
+                })?,
                 _ = check.tick() => {
                     if self.leadership.is_leader() {
                         continue;
@@ -225,7 +392,7 @@ impl<L: Leadership> Session<L> {
                 Some(agent_message::Message::Batch(batch)) => batch,
                 _ => {
                     return self
-                        .reject(expected, "only batches may follow the Hello")
+                        .reject(expected, "bad_message", "only batches may follow the Hello")
                         .await;
                 }
             };
@@ -238,11 +405,36 @@ impl<L: Leadership> Session<L> {
                     "batch {} out of sequence, expected {expected}",
                     batch.sequence
                 );
-                return self.reject(batch.sequence, &reason).await;
+                return self
+                    .reject(batch.sequence, "out_of_sequence", &reason)
+                    .await;
             }
-            let decoded = match decoder.decode(&batch) {
+            // Few batches are decoded and applied at once: what they hold in memory is
+            // bounded, and the index's owner is shared fairly (the semaphore is FIFO).
+            let _decoding = self.decoding.acquire().await.map_err(|_| {
+                End::Status(
+                    "shutting_down",
+                    Status::unavailable("the leader is shutting down"),
+                )
+            })?;
+            let decoded = decoder.decode(&batch);
+            self.metrics
+                .stream_table_bytes
+                .set(self.budget.used() as i64);
+            let decoded = match decoded {
                 Ok(decoded) => decoded,
-                Err(error) => return self.reject(batch.sequence, &error.to_string()).await,
+                Err(error) => {
+                    let reason = match error {
+                        DeltaError::Budget { .. } => "table_budget",
+                        DeltaError::TableFull { .. }
+                        | DeltaError::TableBytes { .. }
+                        | DeltaError::TooManyRows { .. } => "table_limit",
+                        _ => "bad_batch",
+                    };
+                    return self
+                        .reject(batch.sequence, reason, &error.to_string())
+                        .await;
+                }
             };
             self.metrics.edges_received.inc_by(decoded.len() as u64);
             let newest = [&decoded.edges, &decoded.denials, &decoded.audits]
@@ -259,7 +451,13 @@ impl<L: Leadership> Session<L> {
             self.index
                 .apply(self.agent.clone(), self.epoch, decoded)
                 .await
-                .map_err(|_| End::Status(Status::unavailable("the leader is shutting down")))?;
+                .map_err(|_| {
+                    End::Status(
+                        "shutting_down",
+                        Status::unavailable("the leader is shutting down"),
+                    )
+                })?;
+            drop(_decoding);
             self.ack(batch.sequence).await?;
             expected += 1;
         }
@@ -269,9 +467,10 @@ impl<L: Leadership> Session<L> {
     /// This replica no longer holds the Lease: the stream ends with `UNAVAILABLE`.
     fn lost_lease(&self) -> End {
         self.metrics.streams_lost_lease.inc();
-        End::Status(Status::unavailable(
-            "this replica lost the Lease: reconnect to the new leader",
-        ))
+        End::Status(
+            "lost_lease",
+            Status::unavailable("this replica lost the Lease: reconnect to the new leader"),
+        )
     }
 
     async fn ack(&self, sequence: u64) -> Result<(), End> {
@@ -283,7 +482,9 @@ impl<L: Leadership> Session<L> {
         .await
     }
 
-    async fn reject(&self, sequence: u64, reason: &str) -> Result<(), End> {
+    /// Sends a Reject of batch `sequence`; `kind` is the metric's reason, `reason` the
+    /// agent's.
+    async fn reject(&self, sequence: u64, kind: &'static str, reason: &str) -> Result<(), End> {
         self.metrics.rejects_sent.inc();
         self.send(leader_message::Message::Reject(Reject {
             sequence,
@@ -291,25 +492,46 @@ impl<L: Leadership> Session<L> {
             leader_epoch: self.leader_epoch,
         }))
         .await?;
-        Err(End::Rejected(reason.to_owned()))
+        Err(End::Rejected(kind, reason.to_owned()))
     }
 
+    /// Queues `message` for the agent; an agent that leaves it unread for the ack timeout
+    /// (its stream's flow-control window and this queue full) loses the stream.
     async fn send(&self, message: leader_message::Message) -> Result<(), End> {
-        self.tx
-            .send(Ok(LeaderMessage {
-                message: Some(message),
-            }))
-            .await
-            .map_err(|_| End::Gone)
+        let message = Ok(LeaderMessage {
+            message: Some(message),
+        });
+        match tokio::time::timeout(self.limits.ack_timeout, self.tx.send(message)).await {
+            Ok(sent) => sent.map_err(|_| End::Gone),
+            Err(_) => Err(End::AckTimeout),
+        }
     }
 }
 
-/// Why a session ended early.
+/// What a failed read of the agent's stream means: a message over the size limit (tonic
+/// says `OUT_OF_RANGE`; the agent is told `RESOURCE_EXHAUSTED`, with the limit and its
+/// flag), or a broken transport.
+fn inbound_error(status: Status, max_message_bytes: usize) -> (&'static str, Status) {
+    if status.code() == Code::OutOfRange && status.message().contains("too large") {
+        let status = Status::resource_exhausted(format!(
+            "message larger than the leader's limit of {max_message_bytes} bytes \
+             (--max-message-bytes): {}",
+            status.message()
+        ));
+        ("message_too_large", status)
+    } else {
+        ("transport", status)
+    }
+}
+
+/// Why a session ended early (with the `leader_streams_ended` reason).
 enum End {
     /// A Reject was sent.
-    Rejected(String),
+    Rejected(&'static str, String),
     /// The stream ends with this status.
-    Status(Status),
+    Status(&'static str, Status),
+    /// The agent read none of the leader's messages for the ack timeout.
+    AckTimeout,
     /// The agent is gone.
     Gone,
 }

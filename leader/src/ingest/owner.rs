@@ -52,12 +52,12 @@ pub struct Indexes {
 }
 
 impl Indexes {
-    fn new(capacity: usize) -> Self {
+    fn new(capacity: usize, max_agents: usize) -> Self {
         let observations = (capacity / 10).max(1);
         Indexes {
-            edges: EdgeIndex::new(capacity),
-            denials: EdgeIndex::new(observations),
-            audits: EdgeIndex::new(observations),
+            edges: EdgeIndex::new(capacity).with_max_agents(max_agents),
+            denials: EdgeIndex::new(observations).with_max_agents(max_agents),
+            audits: EdgeIndex::new(observations).with_max_agents(max_agents),
         }
     }
 
@@ -119,9 +119,18 @@ impl IndexHandle {
     /// Starts the owner task of indexes holding at most `capacity` learned edges, and a
     /// tenth of that (at least 1) of each kind of denial.
     pub fn spawn(capacity: usize) -> (IndexHandle, tokio::task::JoinHandle<Indexes>) {
+        IndexHandle::spawn_with_max_agents(capacity, u32::MAX as usize)
+    }
+
+    /// [`IndexHandle::spawn`], knowing at most `max_agents` agents: a hello of a further
+    /// one is answered [`Hello::Full`].
+    pub fn spawn_with_max_agents(
+        capacity: usize,
+        max_agents: usize,
+    ) -> (IndexHandle, tokio::task::JoinHandle<Indexes>) {
         let (tx, mut rx) = mpsc::channel::<Command>(256);
         let task = tokio::spawn(async move {
-            let mut indexes = Indexes::new(capacity);
+            let mut indexes = Indexes::new(capacity, max_agents);
             while let Some(command) = rx.recv().await {
                 match command {
                     Command::Hello { agent, epoch, done } => {

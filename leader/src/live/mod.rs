@@ -34,7 +34,7 @@ use crate::auth::{Authenticator, Insecure, TokenReviews};
 use crate::cli::{ProviderArg, RunArgs};
 use crate::controller::metrics::ControllerMetrics;
 use crate::controller::{Controller, Settings};
-use crate::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics};
+use crate::ingest::{IndexHandle, IngestService, LeaderMetrics};
 
 impl From<ProviderArg> for Provider {
     fn from(p: ProviderArg) -> Self {
@@ -65,7 +65,7 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
     let auth = authenticator(args).await?;
     let controller_metrics = Arc::new(ControllerMetrics::default());
     let telemetry = Telemetry::start(args, &metrics, &controller_metrics).await?;
-    let (index, _owner) = IndexHandle::spawn(args.max_edges);
+    let (index, _owner) = IndexHandle::spawn_with_max_agents(args.max_edges, args.max_agents);
     let address = ingest_listener.local_addr()?;
     let service = IngestService::new(
         index.clone(),
@@ -73,10 +73,11 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         crate::ingest::leader_epoch(),
         metrics.clone(),
         auth,
-    );
+    )
+    .with_limits(args.ingest_limits());
     let server = tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(IngestServer::new(service))
+            .add_service(service.into_server())
             .serve_with_incoming(TcpListenerStream::new(ingest_listener)),
     );
     tracing::info!(%address, "ingest listening");

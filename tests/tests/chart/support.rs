@@ -243,7 +243,7 @@ pub fn leader_args(container: &Value) -> ne_leader::cli::RunArgs {
         ne_leader::cli::Cli::try_parse_from(std::iter::once("ne-leader".to_owned()).chain(args))
             .unwrap_or_else(|e| panic!("ne-leader rejects the chart's args: {e}"));
     match cli.command {
-        ne_leader::cli::Command::Run(run) => run,
+        ne_leader::cli::Command::Run(run) => *run,
         other => panic!("the leader runs {other:?}, not `run`"),
     }
 }

@@ -29,7 +29,7 @@ use ne_flow::edge::Provider;
 use ne_flow::table::{EdgeKey, FlowTable};
 use ne_leader::auth::Insecure;
 use ne_leader::controller::plan::{self, Action, Config, Workload, WorkloadKey, World};
-use ne_leader::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics};
+use ne_leader::ingest::{IndexHandle, IngestLimits, IngestService, LeaderMetrics};
 use ne_node_agent::metrics::AgentMetrics;
 use ne_node_agent::ship::{self, ShipConfig};
 use ne_node_agent::sink::FlowSink;
@@ -285,10 +285,15 @@ pub async fn leader(args: RoleArgs) -> anyhow::Result<()> {
         ne_leader::ingest::leader_epoch(),
         metrics.clone(),
         Arc::new(Insecure),
-    );
+    )
+    // Every agent connects from loopback here.
+    .with_limits(IngestLimits {
+        max_streams_per_address: usize::MAX,
+        ..IngestLimits::default()
+    });
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(IngestServer::new(service))
+            .add_service(service.into_server())
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
     control::emit(&Report {
