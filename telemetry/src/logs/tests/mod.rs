@@ -29,6 +29,8 @@ enum Answer {
     Fail(tonic::Code),
     /// Accepts, but reports this many records rejected.
     Reject(i64),
+    /// Never answers (a stuck collector).
+    Stall,
 }
 
 struct Receiver {
@@ -48,6 +50,7 @@ impl LogsService for Receiver {
         match answer.unwrap_or(Answer::Accept) {
             Answer::Accept => Ok(tonic::Response::new(ExportLogsServiceResponse::default())),
             Answer::Fail(code) => Err(tonic::Status::new(code, "scripted failure")),
+            Answer::Stall => std::future::pending().await,
             Answer::Reject(n) => Ok(tonic::Response::new(ExportLogsServiceResponse {
                 partial_success: Some(ExportLogsPartialSuccess {
                     rejected_log_records: n,
@@ -509,6 +512,45 @@ async fn a_full_queue_drops_and_counts() {
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_collector_never_blocks_emitters_and_its_losses_are_counted() {
+    // Every request of the first events stalls; after them the collector answers again.
+    let stalls = 8;
+    let mut receiver = grpc_receiver(None, &vec![Answer::Stall; stalls]).await;
+    let (sender, _task, metrics) = exporter(
+        receiver.addr,
+        &[
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "100"),
+            ("OTEL_BLRP_MAX_QUEUE_SIZE", "16"),
+            ("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", "4"),
+        ],
+    );
+    // Emitting is synchronous and never waits for the exporter: with the collector stuck,
+    // the queue fills and the rest is dropped and counted.
+    let emitted = 10_000;
+    let accepted = (0..emitted).filter(|&seq| sender.emit(observed(seq))).count() as u64;
+    sender.flush().await;
+    let sent = counter(&metrics, "exported") + counter(&metrics, "export_failed");
+    assert_eq!(sent, accepted, "every accepted event is exported or counted");
+    assert_eq!(counter(&metrics, "queue_full"), emitted as u64 - accepted);
+    assert!(accepted < 1_000, "the queue is bounded: {accepted} accepted");
+    assert!(counter(&metrics, "export_failed") > 0);
+    assert!(receiver.requests.try_recv().is_ok(), "the collector was tried");
+    // The collector answers again once its stalls are used up (each flush uses one at
+    // least): a new event then gets through.
+    let mut recovered = false;
+    for seq in emitted..emitted + stalls as i64 {
+        let before = counter(&metrics, "exported");
+        assert!(sender.emit(observed(seq)));
+        sender.flush().await;
+        if counter(&metrics, "exported") == before + 1 {
+            recovered = true;
+            break;
+        }
+    }
+    assert!(recovered, "no export after the collector recovered");
 }
 
 #[tokio::test]
