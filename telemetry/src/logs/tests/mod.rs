@@ -530,14 +530,25 @@ async fn a_stuck_collector_never_blocks_emitters_and_its_losses_are_counted() {
     // Emitting is synchronous and never waits for the exporter: with the collector stuck,
     // the queue fills and the rest is dropped and counted.
     let emitted = 10_000;
-    let accepted = (0..emitted).filter(|&seq| sender.emit(observed(seq))).count() as u64;
+    let accepted = (0..emitted)
+        .filter(|&seq| sender.emit(observed(seq)))
+        .count() as u64;
     sender.flush().await;
     let sent = counter(&metrics, "exported") + counter(&metrics, "export_failed");
-    assert_eq!(sent, accepted, "every accepted event is exported or counted");
+    assert_eq!(
+        sent, accepted,
+        "every accepted event is exported or counted"
+    );
     assert_eq!(counter(&metrics, "queue_full"), emitted as u64 - accepted);
-    assert!(accepted < 1_000, "the queue is bounded: {accepted} accepted");
+    assert!(
+        accepted < 1_000,
+        "the queue is bounded: {accepted} accepted"
+    );
     assert!(counter(&metrics, "export_failed") > 0);
-    assert!(receiver.requests.try_recv().is_ok(), "the collector was tried");
+    assert!(
+        receiver.requests.try_recv().is_ok(),
+        "the collector was tried"
+    );
     // The collector answers again once its stalls are used up (each flush uses one at
     // least): a new event then gets through.
     let mut recovered = false;
