@@ -167,6 +167,20 @@ impl<L: Leadership> IngestService<L> {
     }
 }
 
+/// The connections `listener` accepts, with Nagle's algorithm off: an ack is a few bytes,
+/// and held back until the agent's next segment is acknowledged it would wait for the
+/// peer's delayed ack (40 ms on Linux) on every round trip.
+pub fn incoming(
+    listener: tokio::net::TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|accepted| {
+        let stream = accepted?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    })
+}
+
 /// How often an open stream checks that this replica still holds the Lease.
 const LEADERSHIP_CHECK: std::time::Duration = std::time::Duration::from_millis(250);
 

@@ -20,7 +20,6 @@ use anyhow::Context as _;
 use ne_flow::edge::Provider;
 use ne_policy::allowlist::LearnOptions;
 use ne_telemetry::runtime;
-use tokio_stream::wrappers::TcpListenerStream;
 
 mod leadership;
 mod rounds;
@@ -78,7 +77,7 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
     let server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(service.into_server())
-            .serve_with_incoming(TcpListenerStream::new(ingest_listener)),
+            .serve_with_incoming(crate::ingest::incoming(ingest_listener)),
     );
     tracing::info!(%address, "ingest listening");
     let provider = Provider::from(args.provider);

@@ -39,7 +39,6 @@ use ne_node_agent::sources::hubble::{self, HubbleConfig, HubbleTarget};
 use ne_node_agent::sources::tls::TlsFiles;
 use ne_policy::allowlist::LearnOptions;
 use ne_policy::index::MergedEdge;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::control::{self, Command, Latency, Report, micros_histogram};
 use crate::hubble::now_nanos;
@@ -294,7 +293,7 @@ pub async fn leader(args: RoleArgs) -> anyhow::Result<()> {
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(service.into_server())
-            .serve_with_incoming(TcpListenerStream::new(listener)),
+            .serve_with_incoming(ne_leader::ingest::incoming(listener)),
     );
     control::emit(&Report {
         port: Some(port),
