@@ -890,6 +890,130 @@ async fn the_leader_rides_out_an_api_server_outage() {
     let _ = std::fs::remove_dir_all(&s.dir);
 }
 
+/// A TCP proxy in front of the API server that can stop forwarding: connections stay open
+/// and bytes wait, as with an API server too loaded to answer (not one that is gone).
+struct StallingProxy {
+    address: std::net::SocketAddr,
+    stalled: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StallingProxy {
+    async fn start(upstream: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stalled, gate) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            while let Ok((down, _)) = listener.accept().await {
+                let (upstream, gate) = (upstream.clone(), gate.clone());
+                tokio::spawn(async move {
+                    let Ok(up) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let ((down_r, down_w), (up_r, up_w)) = (down.into_split(), up.into_split());
+                    tokio::join!(pipe(down_r, up_w, gate.clone()), pipe(up_r, down_w, gate));
+                });
+            }
+        });
+        StallingProxy {
+            address,
+            stalled,
+            task,
+        }
+    }
+
+    fn stall(&self, stalled: bool) {
+        self.stalled.send_replace(stalled);
+    }
+}
+
+impl Drop for StallingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Copies `from` to `to`, holding every chunk while the gate says stalled.
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut stalled: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0; 1 << 14];
+    while let Ok(n @ 1..) = from.read(&mut buf).await {
+        if stalled.wait_for(|s| !*s).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
+/// The API server answers nothing for a while (a stalled proxy in front of it) while the
+/// agent keeps streaming. Ingest goes on: the leader's merged index takes the new edge at
+/// once, though no write reaches the cluster; when the API server answers again the proposal
+/// catches up with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_goes_on_while_the_api_server_stalls() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    // The leader's kubeconfig: the test's, with the server behind the proxy.
+    let text = std::fs::read_to_string(kubeconfig()).unwrap();
+    let config = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+    let server = config.clusters[0]
+        .cluster
+        .as_ref()
+        .and_then(|c| c.server.clone())
+        .expect("the kubeconfig's server");
+    let authority = server
+        .strip_prefix("https://")
+        .expect("an https server")
+        .trim_end_matches('/')
+        .to_owned();
+    let proxy = StallingProxy::start(authority.clone()).await;
+    let dir = TempDir(temp_dir("stall-kubeconfig"));
+    let path = dir.0.join("kubeconfig");
+    let proxied = format!("https://{}", proxy.address);
+    std::fs::write(&path, text.replace(&server, &proxied)).unwrap();
+    let env = [("KUBECONFIG", path.display().to_string())];
+    let (s, hubble, _hubble_dir) = with_hubble("stall", &env).await;
+
+    let (web, api) = (s.web(), s.api());
+    hubble.add_json(&tcp_flow(&web, &api, 8080));
+    let name = "deployment-api-ingress";
+    s.learned(name).await;
+    let edges = "network_enforcer_leader_edges";
+    let before = metric_sum(&s.metrics().await, edges);
+
+    proxy.stall(true);
+    hubble.add_json(&tcp_flow(&web, &api, 9090));
+    eventually(
+        "the new edge in the leader's index, the API stalled",
+        || async { (metric_sum(&s.metrics().await, edges) > before).then_some(()) },
+    )
+    .await;
+    // The stall is real: the proposal (read directly, not through the proxy) lacks it.
+    let ports: Vec<_> = s
+        .learned(name)
+        .await
+        .status
+        .unwrap()
+        .peers
+        .iter()
+        .map(|p| p.port)
+        .collect();
+    assert!(!ports.contains(&9090), "{ports:?}");
+
+    proxy.stall(false);
+    let ports = eventually("the proposal catching up", || async {
+        let p = s.proposals().get_opt(name).await.ok()??;
+        let ports: Vec<_> = p.status?.peers.iter().map(|peer| peer.port).collect();
+        ports.contains(&9090).then_some(ports)
+    })
+    .await;
+    assert!(ports.contains(&8080), "{ports:?}");
+    let _ = std::fs::remove_dir_all(&s.dir);
+}
+
 /// The policy's violation state, once `done` says it is what the test waits for.
 async fn violations_when(
     s: &Setup,
