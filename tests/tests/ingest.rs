@@ -412,9 +412,14 @@ struct OneToken;
 
 #[tonic::async_trait]
 impl ne_leader::auth::Authenticator for OneToken {
-    async fn authenticate(&self, bearer: Option<&str>) -> Result<String, ne_leader::auth::Refusal> {
+    async fn authenticate(
+        &self,
+        bearer: Option<&str>,
+    ) -> Result<ne_leader::auth::Identity, ne_leader::auth::Refusal> {
         match bearer {
-            Some("good") => Ok("system:serviceaccount:network-enforcer:agent".to_owned()),
+            Some("good") => Ok(ne_leader::auth::Identity::unbound(
+                "system:serviceaccount:network-enforcer:agent",
+            )),
             _ => Err(ne_leader::auth::Refusal {
                 status: tonic::Status::unauthenticated("no"),
                 reason: "unauthenticated",

@@ -3,6 +3,8 @@
 //! - TokenReview: the leader's authenticator accepts a projected-style token of the agent
 //!   ServiceAccount (audience `network-enforcer`) and refuses a token for another audience
 //!   or another ServiceAccount, with the gRPC status agents see.
+//! - Node binding: a token bound to a pod on a node (as kubelet projects it) streams as
+//!   that node's agent and is refused, with its own reason, as any other node's.
 //! - Failover: two real `ne-leader run` processes on one Lease and two real `ne-agent`
 //!   processes (`--leader-address A,B`, tokens minted for the agent ServiceAccount) fed by
 //!   test Hubble servers; the Lease holder is killed (SIGKILL) mid-stream; the survivor's
@@ -16,30 +18,52 @@ mod cluster;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use cluster::hubble::{ScriptedHubble, responses};
 use cluster::*;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::api::PostParams;
+use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
-use ne_leader::auth::{AUDIENCE, Authenticator, TokenReviews};
+use ne_leader::auth::{AUDIENCE, Authenticator, Identity, TokenReviews};
 use ne_leader::cli::{InputArgs, InputFormat, LearnArgs, SummaryFormat};
+use ne_leader::ingest::{IndexHandle, IngestService, LeaderMetrics};
 use ne_leader::offline::learn::learn;
 use ne_leader::output::write_proposals;
+use ne_proto::ingest::ingest_client::IngestClient;
+use ne_proto::ingest::{AgentMessage, Hello, agent_message, leader_message};
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 
 const AGENT_SA: &str = "network-enforcer-agent";
 
 /// A token of ServiceAccount `ns/name` for `audience` (the TokenRequest API, as kubelet
 /// mints projected tokens).
 async fn token(client: &Client, ns: &str, name: &str, audience: &str) -> String {
+    token_bound_to(client, ns, name, audience, None).await
+}
+
+/// A token as [`token`], bound to pod `ns/pod` when one is given (what kubelet projects).
+async fn token_bound_to(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    audience: &str,
+    pod: Option<&Pod>,
+) -> String {
     let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
     let request = TokenRequest {
         spec: TokenRequestSpec {
             audiences: vec![audience.to_owned()],
             expiration_seconds: Some(3600),
-            bound_object_ref: None,
+            bound_object_ref: pod.map(|pod| BoundObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("Pod".to_owned()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
         },
         ..TokenRequest::default()
     };
@@ -65,9 +89,10 @@ async fn token_review_accepts_only_the_agent_service_account() {
         .authenticate(Some(&agent))
         .await
         .expect("the agent's token");
+    // A token bound to no pod binds no node.
     assert_eq!(
         user,
-        format!("system:serviceaccount:{}:{AGENT_SA}", ns.name)
+        Identity::unbound(format!("system:serviceaccount:{}:{AGENT_SA}", ns.name))
     );
     // Cached: the same answer again.
     assert_eq!(auth.authenticate(Some(&agent)).await.unwrap(), user);
@@ -86,6 +111,140 @@ async fn token_review_accepts_only_the_agent_service_account() {
     assert_eq!(refused.status.code(), tonic::Code::Unauthenticated);
     let refused = auth.authenticate(None).await.unwrap_err();
     assert_eq!(refused.status.code(), tonic::Code::Unauthenticated);
+}
+
+/// Creates `object` from JSON and returns it as the API server stored it.
+async fn create<K>(api: &Api<K>, object: serde_json::Value) -> K
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let object: K = serde_json::from_value(object).unwrap();
+    api.create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("cannot create {object:?}: {e}"))
+}
+
+/// Opens an ingest stream with `token` and says `hello`: the leader's first answer (the
+/// hello's ack), or the status it refused the stream with.
+async fn say_hello(
+    address: std::net::SocketAddr,
+    token: &str,
+    node: &str,
+    agent_id: &str,
+) -> Result<(), tonic::Status> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = IngestClient::new(channel);
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let hello = Hello {
+        node: node.to_owned(),
+        agent_id: agent_id.to_owned(),
+        agent_epoch: 1,
+        provider: "cilium".to_owned(),
+        capabilities: Vec::new(),
+    };
+    tx.send(AgentMessage {
+        message: Some(agent_message::Message::Hello(hello)),
+    })
+    .await
+    .unwrap();
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let mut inbound = client.stream(request).await?.into_inner();
+    match inbound.message().await?.and_then(|m| m.message) {
+        Some(leader_message::Message::Ack(ack)) if ack.sequence == 0 => Ok(()),
+        other => panic!("expected the hello's ack, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_bound_token_streams_only_as_its_own_node() {
+    let client = client().await;
+    let ns = TempNamespace::new(&client, "ne-e2e-binding").await;
+    service_account(&client, &ns.name, AGENT_SA).await;
+    // The agent's node and pod, as the DaemonSet would have them (no kubelet runs them).
+    let node_name = format!("{}-worker", ns.name);
+    let nodes: Api<Node> = Api::all(client.clone());
+    create(&nodes, serde_json::json!({"metadata": {"name": node_name}})).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pod = create(
+        &pods,
+        serde_json::json!({
+            "metadata": {"name": "network-enforcer-agent-x7k2p"},
+            "spec": {
+                "serviceAccountName": AGENT_SA,
+                "nodeName": node_name,
+                "containers": [{"name": "agent", "image": "ne-agent"}],
+            },
+        }),
+    )
+    .await;
+    let bound = token_bound_to(&client, &ns.name, AGENT_SA, AUDIENCE, Some(&pod)).await;
+    let auth = Arc::new(TokenReviews::new(
+        client.clone(),
+        &[format!("{}:{AGENT_SA}", ns.name)],
+    ));
+
+    // The API server's review names the pod and its node.
+    let identity = auth.authenticate(Some(&bound)).await.expect("the token");
+    assert_eq!(identity.node.as_deref(), Some(node_name.as_str()));
+    assert_eq!(
+        identity.pod.as_deref(),
+        Some("network-enforcer-agent-x7k2p")
+    );
+
+    // A leader authenticating with the API server, over real gRPC.
+    let (index, _owner) = IndexHandle::spawn(1 << 10);
+    let metrics = Arc::new(LeaderMetrics::default());
+    let service = IngestService::new(
+        index,
+        Arc::new(AtomicBool::new(true)),
+        1,
+        metrics.clone(),
+        auth,
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service.into_server())
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+
+    let other_node = say_hello(address, &bound, "worker-2", "worker-2")
+        .await
+        .unwrap_err();
+    assert_eq!(other_node.code(), tonic::Code::PermissionDenied);
+    assert!(
+        other_node.message().contains(&node_name) && other_node.message().contains("worker-2"),
+        "{other_node}"
+    );
+    // Its own node, but another agent's id.
+    let other_agent = say_hello(address, &bound, &node_name, "worker-2")
+        .await
+        .unwrap_err();
+    assert_eq!(other_agent.code(), tonic::Code::PermissionDenied);
+    let refused = ne_telemetry::http::Exposition::encode(&*metrics);
+    assert!(
+        refused.contains("leader_streams_refused_total{reason=\"identity_mismatch\"} 2"),
+        "{refused}"
+    );
+
+    // As itself, under its node's name or its pod's, the agent streams.
+    say_hello(address, &bound, &node_name, &node_name)
+        .await
+        .expect("the node's own agent");
+    say_hello(address, &bound, &node_name, "network-enforcer-agent-x7k2p")
+        .await
+        .expect("the agent under its pod name");
+
+    server.abort();
+    let _ = nodes.delete(&node_name, &DeleteParams::default()).await;
 }
 
 fn capture() -> PathBuf {

@@ -119,7 +119,7 @@ impl LeaderMetrics {
         }
         r.register(
             "leader_streams_refused",
-            "Agent streams refused, by reason (standby, bad_hello, unauthenticated, forbidden, review_failed, too_many_streams, too_many_streams_from_address, hello_timeout, message_too_large, stale_epoch, too_many_agents)",
+            "Agent streams refused, by reason (standby, bad_hello, unauthenticated, forbidden, review_failed, too_many_streams, too_many_streams_from_address, hello_timeout, message_too_large, stale_epoch, too_many_agents, identity_mismatch)",
             self.streams_refused.clone(),
         );
         r.register(

@@ -206,8 +206,8 @@ impl<L: Leadership + Clone> Ingest for IngestService<L> {
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        let user = match self.auth.authenticate(bearer).await {
-            Ok(user) => user,
+        let identity = match self.auth.authenticate(bearer).await {
+            Ok(identity) => identity,
             Err(refusal) => return Err(self.refuse(refusal.reason, refusal.status)),
         };
         let Ok(stream_permit) = self.streams.clone().try_acquire_owned() else {
@@ -256,6 +256,10 @@ impl<L: Leadership + Clone> Ingest for IngestService<L> {
             let status = Status::invalid_argument("Hello.agent_id is empty");
             return Err(self.refuse("bad_hello", status));
         }
+        if let Err(why) = identity.admits(&hello.node, &hello.agent_id) {
+            let status = Status::permission_denied(why);
+            return Err(self.refuse("identity_mismatch", status));
+        }
         let agent = AgentId::from(hello.agent_id.as_str());
         match self.index.hello(agent.clone(), hello.agent_epoch).await {
             Err(IndexClosed) => return Err(Status::unavailable("the leader is shutting down")),
@@ -290,7 +294,7 @@ impl<L: Leadership + Clone> Ingest for IngestService<L> {
             _permits: (stream_permit, address_slot),
             tx,
         };
-        tracing::info!(agent = %hello.agent_id, node = %hello.node, epoch = hello.agent_epoch, %user, "agent stream opened");
+        tracing::info!(agent = %hello.agent_id, node = %hello.node, epoch = hello.agent_epoch, user = %identity.user, "agent stream opened");
         tokio::spawn(session.run(inbound));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
