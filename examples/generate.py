@@ -2,7 +2,7 @@
 """Writes the bundled example: one small application's traffic in the three flow formats
 Network Enforcer reads, plus the cluster snapshot that resolves it.
 
-The records follow the real captures in ../shared/testdata/real/ field for field (same
+The records follow the real captures in testdata/real/ field for field (same
 wrappers, key names, enum spellings, CRI framing); only the application is invented.
 Deterministic: running it twice writes the same bytes. Run from the repository root:
 

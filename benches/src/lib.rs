@@ -1,7 +1,7 @@
 //! Bench inputs: a seeded generator of realistic flow lines in every format the agent
 //! reads, so that the criterion benches (`benches/`) measure decoders and the
 //! decode → edge → [`ne_flow::table::FlowTable`] pipeline on data shaped like real
-//! captures (the bundled `examples/flows/*`, which mirror `shared/testdata/real/`).
+//! captures (the bundled `examples/flows/*`, which mirror `testdata/real/`).
 //!
 //! The generator invents a cluster ([`Config`]: namespaces, workloads, peers per workload,
 //! external peers), turns it into a list of conversations (client, server, protocol,

@@ -264,8 +264,8 @@ mod tests {
                 .unwrap()
         };
         let mut input = read("../examples/flows/ztunnel.log");
-        input += &read("../../shared/testdata/real/ztunnel-access.log");
-        input += &read("../../shared/testdata/real/ztunnel-access-json.log");
+        input += &read("../testdata/real/ztunnel-access.log");
+        input += &read("../testdata/real/ztunnel-access-json.log");
         input += "\n   \ninfo access connection complete dst.addr=1.2.3.4:5\nnot a log line\n";
         let (slow, fast) = (sink(), sink());
         let (mut slow_lines, mut fast_lines) = (

@@ -37,7 +37,7 @@ use server::{Session, TestHubble};
 
 fn real(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/testdata/real")
+        .join("../testdata/real")
         .join(name)
 }
 

@@ -17,7 +17,7 @@ fn repo() -> PathBuf {
 }
 
 fn real(file: &str) -> PathBuf {
-    repo().join("../shared/testdata/real").join(file)
+    repo().join("testdata/real").join(file)
 }
 
 fn args(inputs: &[PathBuf], cluster: Option<PathBuf>) -> LearnArgs {
@@ -249,9 +249,9 @@ fn every_example_proposal_is_valid_against_the_crd_schema() {
 
 #[test]
 fn real_captures_learn_valid_proposals_without_ephemeral_ports() {
-    // (file, proposals expected). Counts follow from SOURCES.md: the Hubble records with
-    // `workloads` are the three AKS lines; ztunnel lines name pods only, so without a
-    // cluster nothing is learned from them, by design.
+    // (file, proposals expected). Counts follow from testdata/real/ORIGINS.md: the Hubble
+    // records with `workloads` are the three AKS lines; ztunnel lines name pods only, so
+    // without a cluster nothing is learned from them, by design.
     for (file, want) in [
         ("hubble-flows.jsonl", 1),
         ("ztunnel-access.log", 0),

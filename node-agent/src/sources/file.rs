@@ -166,7 +166,7 @@ mod tests {
             .with_denials(Arc::new(FlowTable::new(100)))
             .with_audits(Arc::new(FlowTable::new(100)));
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/testdata/real")
+            .join("../testdata/real")
             .join(name);
         let format = format_of(&path, "auto").unwrap();
         let source = FileSource {

@@ -373,14 +373,14 @@ fn io_errors_are_counted_and_retried() {
 fn real_ztunnel_lines_decode_to_the_same_records_after_rotations() {
     let capture = fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/testdata/real/ztunnel-access.log"
+        "/../testdata/real/ztunnel-access.log"
     ))
     .expect("read the ztunnel capture");
     let mut expected = Vec::new();
     let direct: DecodeStats = decode_lines(Format::Ztunnel, capture.as_bytes(), |r| {
         expected.push(r);
     });
-    // SOURCES.md: 47 access lines and 6 `state` lines, 2 of them dry-run denials.
+    // testdata/real/ORIGINS.md: 47 access lines and 6 `state` lines, 2 of them dry-run denials.
     assert_eq!(direct.records, 49);
     assert_eq!(direct.skips(SkipReason::ZtunnelNonAccess), 4);
 

@@ -1,4 +1,4 @@
-//! Tests over the real captured files (`testdata/real/`, see its SOURCES.md), CRI
+//! Tests over the real captured files (`testdata/real/`, see its ORIGINS.md), CRI
 //! framing built from real lines, malformed input, and a property test that no input
 //! panics.
 
@@ -14,10 +14,7 @@ use ne_flow::flow::{
 };
 
 fn real(name: &str) -> String {
-    let path = format!(
-        "{}/../../../shared/testdata/real/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = format!("{}/../../testdata/real/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
@@ -93,7 +90,7 @@ fn hubble_real_file_totals() {
         "{:?}",
         stats.first_errors
     );
-    // SOURCES.md: FORWARDED 41 + REDIRECTED 2; DROPPED 3 (2 POLICY_DENIED, 1 INVALID_SOURCE_IP).
+    // ORIGINS.md: FORWARDED 41 + REDIRECTED 2; DROPPED 3 (2 POLICY_DENIED, 1 INVALID_SOURCE_IP).
     assert_eq!(count(&recs, |r| r.verdict == Verdict::Forwarded), 43);
     assert_eq!(count(&recs, |r| r.verdict == Verdict::PolicyDenied), 2);
     assert_eq!(count(&recs, |r| r.verdict == Verdict::Dropped), 1);

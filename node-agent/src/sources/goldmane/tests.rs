@@ -39,7 +39,7 @@ fn example_path() -> PathBuf {
 }
 
 fn real_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/testdata/real/goldmane-flows.jsonl")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/real/goldmane-flows.jsonl")
 }
 
 fn lines(path: &Path) -> Vec<String> {

@@ -239,7 +239,7 @@ fn response_from_json(line: &str) -> GetFlowsResponse {
 fn capture_lines() -> Vec<(String, String)> {
     let root = env!("CARGO_MANIFEST_DIR");
     let files = [
-        format!("{root}/../../../shared/testdata/real/hubble-flows.jsonl"),
+        format!("{root}/../../testdata/real/hubble-flows.jsonl"),
         format!("{root}/../../examples/flows/hubble.jsonl"),
     ];
     let mut out = Vec::new();

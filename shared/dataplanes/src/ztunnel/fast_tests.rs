@@ -416,10 +416,7 @@ fn times_in_ztunnel_shape_are_read_fast() {
 // Real captures
 
 fn real(name: &str) -> String {
-    let path = format!(
-        "{}/../../../shared/testdata/real/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = format!("{}/../../testdata/real/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 

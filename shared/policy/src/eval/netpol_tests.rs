@@ -726,10 +726,9 @@ struct Meta {
 fn real_policies() -> Vec<Doc> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/testdata/real/networkpolicy-examples.yaml"
+        "/../../testdata/real/networkpolicy-examples.yaml"
     );
-    let text = std::fs::read_to_string(path)
-        .expect("testdata (ln -sfn /work/shared next to the checkout)");
+    let text = std::fs::read_to_string(path).expect("testdata/real/networkpolicy-examples.yaml");
     serde_saphyr::from_multiple(&text).expect("valid yaml")
 }
 
