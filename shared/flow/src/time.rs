@@ -286,7 +286,7 @@ mod tests {
             parse_rfc3339("1969-12-31T23:59:59.5Z"),
             Ok(Timestamp(-500_000_000))
         );
-        // Goldmane startTime 1764970845 is 2025-12-05 (SOURCES.md).
+        // Goldmane startTime 1764970845 is 2025-12-05 (testdata/real/ORIGINS.md).
         assert_eq!(
             parse_rfc3339("2025-12-05T21:40:45Z"),
             Ok(Timestamp::from_secs(1_764_970_845))
