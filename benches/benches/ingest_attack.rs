@@ -8,14 +8,21 @@
 //! (`oversize`); eight streams that never read their acks (`stuck_readers`); and streams
 //! of new strings until the tables' budget cuts them off (`string_flood`).
 //!
+//! The attacker is this same program started again as a child process, pinned (`taskset`)
+//! to the second CPU while the leader and the good agent keep the first: what the good agent
+//! loses is then what the leader pays to refuse the attack, not the cost of making it. With
+//! one CPU, or without `taskset`, nothing is pinned and the bench says so.
+//!
 //! `cargo bench -p ne-benches --bench ingest_attack`
 
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group};
 use ne_delta::Encoder;
 use ne_flow::edge::Edge;
 use ne_flow::flow::{
@@ -154,7 +161,7 @@ async fn attack_stream(
     }
 }
 
-/// Starts `attack` in the background; it runs until the returned handle is aborted.
+/// Starts `attack` in the background; it runs until the returned tasks are aborted.
 async fn start(address: SocketAddr, attack: &str) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     match attack {
@@ -227,7 +234,77 @@ async fn start(address: SocketAddr, attack: &str) -> Vec<tokio::task::JoinHandle
     tasks
 }
 
+/// The environment variables that make this program the attacker: the attack, and the
+/// leader's address.
+const ATTACK: &str = "NE_BENCH_ATTACK";
+const LEADER: &str = "NE_BENCH_LEADER";
+
+/// The attacker process: starts the attack, says `ready` on stdout, and attacks until its
+/// parent kills it.
+fn attacker(attack: &str) {
+    let address: SocketAddr = std::env::var(LEADER)
+        .expect("the leader's address")
+        .parse()
+        .expect("an address");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let _tasks = start(address, attack).await;
+        println!("ready");
+        std::future::pending::<()>().await;
+    });
+}
+
+/// Whether this process and its attackers run on CPUs of their own: `taskset` pins every
+/// thread of this process to CPU 0 (threads started later inherit it).
+fn pin_to_first_cpu() -> bool {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pinned = cpus >= 2
+        && Command::new("taskset")
+            .args(["-a", "-p", "-c", "0", &std::process::id().to_string()])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+    if pinned {
+        eprintln!("ingest_attack: leader and good agent on CPU 0, the attacker on CPU 1");
+    } else {
+        eprintln!(
+            "ingest_attack: not pinned ({cpus} CPUs, or no taskset): the attacker shares the leader's CPUs"
+        );
+    }
+    pinned
+}
+
+/// Starts the attacker process for `attack` (on CPU 1 when `pinned`) and waits until it is
+/// ready.
+fn spawn_attacker(attack: &str, address: SocketAddr, pinned: bool) -> Child {
+    let exe = std::env::current_exe().unwrap();
+    let mut command = if pinned {
+        let mut c = Command::new("taskset");
+        c.args(["-c", "1"]).arg(exe);
+        c
+    } else {
+        Command::new(exe)
+    };
+    let mut child = command
+        .env(ATTACK, attack)
+        .env(LEADER, address.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the attacker process");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready", "the attacker did not start");
+    child
+}
+
 fn attacks(c: &mut Criterion) {
+    let pinned = pin_to_first_cpu();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -245,17 +322,24 @@ fn attacks(c: &mut Criterion) {
         "string_flood",
     ] {
         let address = rt.block_on(leader());
-        let tasks = rt.block_on(start(address, attack));
+        let mut attacker = spawn_attacker(attack, address, pinned);
         let mut good = rt.block_on(client(address, None));
         group.bench_function(attack, |b| {
             b.iter(|| rt.block_on(good_round(&mut good, &batches)));
         });
-        for t in tasks {
-            t.abort();
-        }
+        let _ = attacker.kill();
+        let _ = attacker.wait();
     }
     group.finish();
 }
 
 criterion_group!(benches, attacks);
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(attack) = std::env::var(ATTACK) {
+        attacker(&attack);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
