@@ -9,7 +9,7 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::terms::{Mode, PolicyDirection};
+use crate::terms::{Mode, PolicyDirection, ViolationReason};
 
 /// Most records kept in `violations` and in `acknowledgedViolations`.
 pub const MAX_VIOLATION_RECORDS: usize = 100;
@@ -125,6 +125,14 @@ pub struct ViolationRecord {
     pub direction: PolicyDirection,
     /// Mode in force when seen: `monitor` (allowed, recorded) or `protect` (blocked).
     pub mode: Mode,
+    /// Why the traffic is a violation: `NoRuleForPeer`, `PortNotAllowed`,
+    /// `ProtocolNotAllowed` (the policy's rules, checked in monitor mode) or
+    /// `DeniedByDataPlane`. Absent on records written before reasons were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<ViolationReason>,
+    /// The reason in words, for this record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// One end of a violating connection; every field is optional because data planes report

@@ -25,3 +25,29 @@ pub enum Mode {
     /// Create the native policy and record what the data plane blocks.
     Protect,
 }
+
+/// Why traffic is a violation of a WorkloadNetworkPolicy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum ViolationReason {
+    /// No rule of the direction admits the peer.
+    NoRuleForPeer,
+    /// A rule admits the peer, but not on this port.
+    PortNotAllowed,
+    /// A rule admits the peer on this port, but over another protocol.
+    ProtocolNotAllowed,
+    /// The data plane denied the connection (protect mode), or the dry-run policy of a
+    /// monitored workload would have.
+    DeniedByDataPlane,
+}
+
+impl ViolationReason {
+    /// The reason's name, as the record and the OpenTelemetry event carry it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ViolationReason::NoRuleForPeer => "NoRuleForPeer",
+            ViolationReason::PortNotAllowed => "PortNotAllowed",
+            ViolationReason::ProtocolNotAllowed => "ProtocolNotAllowed",
+            ViolationReason::DeniedByDataPlane => "DeniedByDataPlane",
+        }
+    }
+}

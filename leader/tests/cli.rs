@@ -519,6 +519,7 @@ fn check_reports_flows_a_narrowed_policy_denies() {
         "203.0.113.10",
         "TCP",
         "443",
+        "NoRuleForPeer",
         "5",
         &first,
         &last,
@@ -551,6 +552,7 @@ fn check_reports_flows_a_narrowed_policy_denies() {
             "destination": "203.0.113.10",
             "protocol": "TCP",
             "port": 443,
+            "reason": "NoRuleForPeer",
             "count": 5,
             "first_seen": first,
             "last_seen": last,
@@ -591,7 +593,7 @@ fn check_reports_a_changed_port() {
             .find(|r| r.get(2) == Some(&source.as_str()))
             .expect("a row per api pod");
         assert_eq!(
-            row[..7],
+            row[..8],
             [
                 "data/statefulset-postgres-ingress",
                 "Ingress",
@@ -599,6 +601,7 @@ fn check_reports_a_changed_port() {
                 "data/StatefulSet/postgres",
                 "TCP",
                 "5432",
+                "PortNotAllowed",
                 "5"
             ]
         );
@@ -627,6 +630,7 @@ fn check_reports_a_changed_port() {
         "data/StatefulSet/postgres",
         "TCP",
         "5432",
+        "PortNotAllowed",
         "10",
         &first,
         &last,
@@ -695,13 +699,14 @@ fn check_honours_policies_widened_by_hand() {
         .find(|r| r.first() == Some(&"data/statefulset-postgres-ingress"))
         .expect("the postgres row");
     assert_eq!(
-        row[1..7],
+        row[1..8],
         [
             "Ingress",
             "shop/Deployment/api",
             "data/StatefulSet/postgres",
             "TCP",
             "5432",
+            "PortNotAllowed",
             "10"
         ]
     );
@@ -883,6 +888,7 @@ fn istio_learn_and_check_against_principals() {
         "(cluster.local/ns/shop/sa/api)",
         "TCP",
         "8080",
+        "NoRuleForPeer",
         "2",
         &first,
         &last,
@@ -900,6 +906,7 @@ fn istio_learn_and_check_against_principals() {
             "destination": "shop/Deployment/api (cluster.local/ns/shop/sa/api)",
             "protocol": "TCP",
             "port": 8080,
+            "reason": "NoRuleForPeer",
             "count": 2,
             "first_seen": first,
             "last_seen": last,

@@ -1109,6 +1109,15 @@ async fn violations_in_monitor_and_protect_mode_with_network_policies() {
     assert_eq!(record.destination.name.as_deref(), Some("api"));
     assert!(record.count >= 1 && status.violation_count >= 1);
     assert!(status.last_violation_time.is_some());
+    // The policy admits web, on 8080 only: the record says so.
+    assert_eq!(
+        record.reason,
+        Some(ne_crds::ViolationReason::PortNotAllowed)
+    );
+    assert_eq!(
+        record.message.as_deref(),
+        Some("ingress rules admit this peer, but not on TCP port 9090")
+    );
     let observed = event_with(
         &collector,
         otel::EVENT_VIOLATION_OBSERVED,
@@ -1140,6 +1149,7 @@ async fn violations_in_monitor_and_protect_mode_with_network_policies() {
         (otel::POLICY_REF_NAME, json!(name)),
         (otel::VIOLATION_ID, json!(1)),
         (otel::NETWORK_DIRECTION, json!("ingress")),
+        (otel::VIOLATION_REASON, json!("PortNotAllowed")),
     ];
     for (key, value) in &want {
         assert_eq!(observed.attributes.get(*key), Some(value), "{key}");
@@ -1215,8 +1225,16 @@ async fn violations_in_monitor_and_protect_mode_with_network_policies() {
         .collect();
     assert_eq!(protect.len(), 1);
     assert_eq!(
-        (protect[0].port, protect[0].source.name.as_deref()),
-        (7070, Some("web"))
+        (
+            protect[0].port,
+            protect[0].source.name.as_deref(),
+            protect[0].reason
+        ),
+        (
+            7070,
+            Some("web"),
+            Some(ne_crds::ViolationReason::DeniedByDataPlane)
+        )
     );
     assert!(protect[0].id > 1, "ids are never reused");
     assert!(
@@ -1285,8 +1303,18 @@ async fn violations_in_monitor_and_protect_mode_with_authorization_policies() {
     );
     let record = &status.violations[0];
     assert_eq!(
-        (record.id, record.mode, record.source.name.as_deref()),
-        (1, Mode::Monitor, Some("web"))
+        (
+            record.id,
+            record.mode,
+            record.source.name.as_deref(),
+            record.reason
+        ),
+        (
+            1,
+            Mode::Monitor,
+            Some("web"),
+            Some(ne_crds::ViolationReason::PortNotAllowed)
+        )
     );
     assert_eq!(
         record.source.identity.as_deref(),
@@ -1311,6 +1339,7 @@ async fn violations_in_monitor_and_protect_mode_with_authorization_policies() {
         (otel::POLICY_REF_NAME, json!(name)),
         (otel::VIOLATION_ID, json!(1)),
         (otel::NETWORK_DIRECTION, json!("ingress")),
+        (otel::VIOLATION_REASON, json!("PortNotAllowed")),
     ] {
         assert_eq!(event.attributes.get(key), Some(&value), "{key}");
     }

@@ -94,6 +94,8 @@ async fn unattributed_denials_are_counted_and_reported_once_per_growth() {
         count,
         first_seen: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
         last_seen: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        reason: ne_crds::ViolationReason::DeniedByDataPlane,
+        message: "the data plane denied the connection".to_owned(),
     };
     // Rounds see cumulative totals: 2, 2 again (nothing new), then 5.
     for count in [2, 2, 5] {

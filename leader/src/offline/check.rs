@@ -52,6 +52,8 @@ pub struct Violation {
     pub destination: String,
     pub protocol: &'static str,
     pub port: u16,
+    /// Why no rule allows it: `NoRuleForPeer`, `PortNotAllowed` or `ProtocolNotAllowed`.
+    pub reason: &'static str,
     pub count: u64,
     pub first_seen: String,
     pub last_seen: String,
@@ -178,8 +180,11 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
         }
         let decision = decide(policy, edge, &subject, &peer)
             .with_context(|| format!("cannot evaluate {}/{}", policy.namespace, policy.name))?;
-        let invalid_skipped = match decision {
-            Decision::Denied { invalid_skipped } => invalid_skipped,
+        let (reason, invalid_skipped) = match decision {
+            Decision::Denied {
+                reason,
+                invalid_skipped,
+            } => (reason, invalid_skipped),
             Decision::NodeLocal => {
                 node_local_flows += snap.count;
                 continue;
@@ -213,6 +218,7 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
             destination,
             protocol: edge.protocol.as_str(),
             port: edge.port,
+            reason: reason.as_str(),
             count: 0,
             first_seen: String::new(),
             last_seen: String::new(),
@@ -268,6 +274,7 @@ fn write_table(out: &mut impl Write, report: &CheckReport) -> std::io::Result<()
         "DESTINATION",
         "PROTOCOL",
         "PORT",
+        "REASON",
         "COUNT",
         "FIRST SEEN",
         "LAST SEEN",
@@ -285,6 +292,7 @@ fn write_table(out: &mut impl Write, report: &CheckReport) -> std::io::Result<()
             v.destination.clone(),
             v.protocol.to_owned(),
             v.port.to_string(),
+            v.reason.to_owned(),
             v.count.to_string(),
             v.first_seen.clone(),
             v.last_seen.clone(),

@@ -17,10 +17,13 @@
 
 use std::collections::BTreeMap;
 
-use ne_crds::{Backend, Mode, PolicyDirection, WorkloadEndpointRef, WorkloadNetworkPolicy};
+use ne_crds::{
+    Backend, Mode, PolicyDirection, ViolationReason, WorkloadEndpointRef, WorkloadNetworkPolicy,
+};
+use ne_flow::edge::Edge;
 use ne_flow::flow::{Direction, Endpoint, EndpointId};
 use ne_policy::allowlist::kube_time;
-use ne_policy::eval::Decision;
+use ne_policy::eval::{Decision, DenyReason};
 use ne_policy::index::MergedEdge;
 use ne_policy::resolve::{Resolution, Resolver, Seen};
 
@@ -111,9 +114,47 @@ fn key_of(w: &WorkloadNetworkPolicy) -> PolicyKey {
     )
 }
 
-/// The observation `m` makes in `mode`, its subject and peer resolved. `port` overrides
-/// the edge's port (dry-run lines carry none).
-fn observation(m: &MergedEdge, subject: &Resolution, peer: &Resolution, mode: Mode) -> Observation {
+/// Why the policy's rules do not allow `edge`, as the record says it.
+fn rule_reason(reason: DenyReason, edge: &Edge) -> (ViolationReason, String) {
+    let direction = match edge.direction {
+        Direction::Ingress => "ingress",
+        Direction::Egress => "egress",
+    };
+    let (protocol, port) = (edge.protocol.as_str(), edge.port);
+    match reason {
+        DenyReason::NoRuleForPeer => (
+            ViolationReason::NoRuleForPeer,
+            format!("no {direction} rule of the policy admits this peer"),
+        ),
+        DenyReason::PortNotAllowed => (
+            ViolationReason::PortNotAllowed,
+            format!("{direction} rules admit this peer, but not on {protocol} port {port}"),
+        ),
+        DenyReason::ProtocolNotAllowed => (
+            ViolationReason::ProtocolNotAllowed,
+            format!("{direction} rules admit this peer on port {port}, but not over {protocol}"),
+        ),
+    }
+}
+
+/// The reason of a connection the data plane denied (`protect`), or that the dry-run
+/// policy of a monitored workload would have denied (`monitor`).
+fn data_plane_reason(mode: Mode) -> (ViolationReason, String) {
+    let message = match mode {
+        Mode::Protect => "the data plane denied the connection",
+        Mode::Monitor => "the data plane's dry-run policy would deny the connection",
+    };
+    (ViolationReason::DeniedByDataPlane, message.to_owned())
+}
+
+/// The observation `m` makes in `mode`, its subject and peer resolved, for `reason`.
+fn observation(
+    m: &MergedEdge,
+    subject: &Resolution,
+    peer: &Resolution,
+    mode: Mode,
+    (reason, message): (ViolationReason, String),
+) -> Observation {
     let edge = &m.edge;
     let (local, remote) = (
         endpoint_ref(&edge.subject, subject),
@@ -140,6 +181,8 @@ fn observation(m: &MergedEdge, subject: &Resolution, peer: &Resolution, mode: Mo
         count: i64::try_from(m.count).unwrap_or(i64::MAX),
         first_seen: kube_time(m.first_seen),
         last_seen: kube_time(m.last_seen),
+        reason,
+        message,
     }
 }
 
@@ -202,8 +245,8 @@ pub fn detect(
             *detected.unresolved_peers.entry(why.as_str()).or_default() += 1;
             continue;
         }
-        match decide(policy, edge, &subject, &peer) {
-            Ok(Decision::Denied { .. }) => {}
+        let reason = match decide(policy, edge, &subject, &peer) {
+            Ok(Decision::Denied { reason, .. }) => reason,
             Ok(_) => {
                 detected.allowed += 1;
                 continue;
@@ -212,8 +255,8 @@ pub fn detect(
                 detected.errors.insert(key, error.to_string());
                 continue;
             }
-        }
-        let o = observation(m, &subject, &peer, Mode::Monitor);
+        };
+        let o = observation(m, &subject, &peer, Mode::Monitor, rule_reason(reason, edge));
         add(detected.observations.entry(key).or_default(), o);
     }
     for (edges, policies, mode) in [
@@ -225,7 +268,7 @@ pub fn detect(
             let seen = Seen::between(m.first_seen, m.last_seen);
             let (subject, target) = policies.attribute(edge, seen, resolver);
             let peer = resolver.resolve_at(&edge.peer, seen);
-            let o = observation(m, &subject, &peer, mode);
+            let o = observation(m, &subject, &peer, mode, data_plane_reason(mode));
             match target {
                 Target::Policy(_, policy) => {
                     add(detected.observations.entry(key_of(policy)).or_default(), o)

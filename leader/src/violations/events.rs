@@ -12,7 +12,10 @@ use std::collections::{HashMap, VecDeque};
 use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use ne_crds::{AcknowledgedViolation, Mode, PolicyDirection, ViolationRecord, WorkloadEndpointRef};
+use ne_crds::{
+    AcknowledgedViolation, Mode, PolicyDirection, ViolationReason, ViolationRecord,
+    WorkloadEndpointRef,
+};
 use ne_policy::otel_names as names;
 use ne_telemetry::logs::{LogEvent, Severity, Value};
 
@@ -33,6 +36,7 @@ struct Tuple<'a> {
     /// 0 for unattributed observations (they have no record).
     id: i64,
     count: i64,
+    reason: Option<ViolationReason>,
 }
 
 impl<'a> From<&'a ViolationRecord> for Tuple<'a> {
@@ -46,6 +50,7 @@ impl<'a> From<&'a ViolationRecord> for Tuple<'a> {
             mode: r.mode,
             id: r.id,
             count: r.count,
+            reason: r.reason,
         }
     }
 }
@@ -61,6 +66,7 @@ impl<'a> From<&'a Observation> for Tuple<'a> {
             mode: o.mode,
             id: 0,
             count: o.count,
+            reason: Some(o.reason),
         }
     }
 }
@@ -105,7 +111,7 @@ fn event(
     let [sn, sns, sk, si] = workload(t.source);
     let [dn, dns, dk, di] = workload(t.destination);
     let (policy_namespace, policy_name) = policy.unwrap_or_default();
-    let attributes = vec![
+    let mut attributes = vec![
         (names::ENFORCEMENT_PROVIDER, text(provider)),
         (
             names::ACTION,
@@ -139,6 +145,9 @@ fn event(
         ),
         (names::VIOLATION_COUNT, Value::Int(t.count)),
     ];
+    if let Some(reason) = t.reason {
+        attributes.push((names::VIOLATION_REASON, text(reason.as_str())));
+    }
     LogEvent {
         name,
         severity,

@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use ne_crds::{
     ACKNOWLEDGE_ANNOTATION_PREFIX, AcknowledgedViolation, MAX_VIOLATION_RECORDS, Mode,
-    PolicyDirection, ViolationRecord, WorkloadEndpointRef, WorkloadNetworkPolicyStatus,
+    PolicyDirection, ViolationReason, ViolationRecord, WorkloadEndpointRef,
+    WorkloadNetworkPolicyStatus,
 };
 
 /// The port of an observation whose report names none.
@@ -36,6 +37,9 @@ pub struct Observation {
     pub count: i64,
     pub first_seen: Time,
     pub last_seen: Time,
+    /// Why the traffic is a violation, and that in words for the record.
+    pub reason: ViolationReason,
+    pub message: String,
 }
 
 /// One end of a record as it identifies the record: a workload by namespace, kind and
@@ -131,13 +135,21 @@ pub fn merge(status: &WorkloadNetworkPolicyStatus, observations: &[Observation])
             });
         if let Some(r) = position.map(|i| &mut next.violations[i]) {
             if r.port == UNKNOWN_PORT && o.port != UNKNOWN_PORT {
-                // The port is known now: the record gets it (and the richer endpoints).
+                // The port is known now: the record gets it (and the richer endpoints, and
+                // the reason the rules give, which names the port).
                 r.port = o.port;
                 r.source = o.source.clone();
                 r.destination = o.destination.clone();
+                r.reason = Some(o.reason);
+                r.message = Some(o.message.clone());
                 if !updated.contains(&r.id) {
                     updated.push(r.id);
                 }
+            }
+            if r.reason.is_none() {
+                // A record written before reasons were recorded gets one.
+                r.reason = Some(o.reason);
+                r.message = Some(o.message.clone());
             }
             let count = r.count.max(o.count);
             let (first, last) = (
@@ -187,6 +199,8 @@ pub fn merge(status: &WorkloadNetworkPolicyStatus, observations: &[Observation])
             port: o.port,
             direction: o.direction,
             mode: o.mode,
+            reason: Some(o.reason),
+            message: Some(o.message.clone()),
         });
         new.push(id);
     }

@@ -4,7 +4,9 @@ use k8s_openapi::jiff;
 
 use super::record::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use ne_crds::{Mode, PolicyDirection, WorkloadEndpointRef, WorkloadNetworkPolicyStatus};
+use ne_crds::{
+    Mode, PolicyDirection, ViolationReason, WorkloadEndpointRef, WorkloadNetworkPolicyStatus,
+};
 
 fn time(secs: i64) -> Time {
     Time(jiff::Timestamp::from_second(secs).unwrap())
@@ -32,6 +34,8 @@ fn seen(src: &str, port: i32, count: i64, first: i64, last: i64) -> Observation 
         count,
         first_seen: time(first),
         last_seen: time(last),
+        reason: ViolationReason::PortNotAllowed,
+        message: format!("ingress rules admit this peer, but not on TCP port {port}"),
     }
 }
 
@@ -50,6 +54,20 @@ fn annotations(pairs: &[(&str, &str)]) -> Vec<(String, Acknowledgement)> {
         })
         .collect();
     acknowledgements(owned.iter().map(|(k, v)| (k, v)))
+}
+
+#[test]
+fn a_record_written_before_reasons_gets_one_from_its_next_observation() {
+    let mut old = merge(&Default::default(), &[seen("web", 80, 3, 10, 20)]).status;
+    (old.violations[0].reason, old.violations[0].message) = (None, None);
+    let next = merge(&old, &[seen("web", 80, 3, 10, 20)]);
+    let r = &next.status.violations[0];
+    assert_eq!(r.reason, Some(ViolationReason::PortNotAllowed));
+    assert_eq!(
+        r.message.as_deref(),
+        Some("ingress rules admit this peer, but not on TCP port 80")
+    );
+    assert!(next.updated.is_empty(), "no new traffic: nothing to report");
 }
 
 #[test]
@@ -208,7 +226,7 @@ fn acknowledged_records_are_capped_newest_first() {
 mod detection {
     use std::net::{IpAddr, Ipv4Addr};
 
-    use ne_crds::{Backend, Mode, PolicyDirection, WorkloadNetworkPolicy};
+    use ne_crds::{Backend, Mode, PolicyDirection, ViolationReason, WorkloadNetworkPolicy};
     use ne_flow::edge::Edge;
     use ne_flow::flow::{
         Direction, Endpoint, EndpointId, Protocol, Timestamp, WorkloadKind, WorkloadRef, labels,
@@ -409,8 +427,18 @@ mod detection {
         let egress = &found.observations[&("shop".to_owned(), "deployment-api-egress".to_owned())];
         assert_eq!(egress.len(), 1);
         assert_eq!(
-            (egress[0].port, egress[0].mode, egress[0].direction),
-            (9000, Mode::Protect, PolicyDirection::Egress)
+            (
+                egress[0].port,
+                egress[0].mode,
+                egress[0].direction,
+                egress[0].reason
+            ),
+            (
+                9000,
+                Mode::Protect,
+                PolicyDirection::Egress,
+                ViolationReason::DeniedByDataPlane
+            )
         );
         assert_eq!(egress[0].destination.name.as_deref(), Some("cron"));
         let ingress =
@@ -437,6 +465,54 @@ mod detection {
     }
 
     #[test]
+    fn each_observation_says_how_near_the_nearest_rule_came() {
+        // The ingress policy admits web on TCP 8080 only.
+        let mut udp = edge("api", Direction::Ingress, workload("web"), 8080, 1);
+        udp.edge.protocol = Protocol::Udp;
+        let edges = vec![
+            edge("api", Direction::Ingress, workload("cron"), 8080, 1),
+            edge("api", Direction::Ingress, workload("web"), 9090, 1),
+            udp,
+        ];
+        let found = detect(
+            forwarded(&edges),
+            &policies("monitor"),
+            &RecordOnly,
+            Backend::Kubernetes,
+        );
+        let key = ("shop".to_owned(), "deployment-api-ingress".to_owned());
+        let why: Vec<_> = found.observations[&key]
+            .iter()
+            .map(|o| (o.source.name.as_deref(), o.reason, o.message.as_str()))
+            .collect();
+        assert_eq!(
+            why,
+            [
+                (
+                    Some("cron"),
+                    ViolationReason::NoRuleForPeer,
+                    "no ingress rule of the policy admits this peer"
+                ),
+                (
+                    Some("web"),
+                    ViolationReason::PortNotAllowed,
+                    "ingress rules admit this peer, but not on TCP port 9090"
+                ),
+                (
+                    Some("web"),
+                    ViolationReason::ProtocolNotAllowed,
+                    "ingress rules admit this peer on port 8080, but not over UDP"
+                ),
+            ]
+        );
+        // The records carry them.
+        let merged = merge(&Default::default(), &found.observations[&key]);
+        let reasons: Vec<_> = merged.status.violations.iter().map(|r| r.reason).collect();
+        assert_eq!(reasons.len(), 3);
+        assert!(reasons.iter().all(Option::is_some));
+    }
+
+    #[test]
     fn a_dry_run_denial_and_the_check_of_the_same_connection_make_one_record() {
         // ztunnel's dry-run line names no port; the access line of the same connection
         // arrives when it closes, and the check finds it outside the policy.
@@ -459,6 +535,10 @@ mod detection {
         );
         let first = merge(&Default::default(), early);
         assert_eq!(first.new, [1], "visible before the connection closes");
+        assert_eq!(
+            first.status.violations[0].reason,
+            Some(ViolationReason::DeniedByDataPlane)
+        );
 
         let forwarded_edges = traffic();
         let found = detect(
@@ -482,6 +562,11 @@ mod detection {
             (r.id, r.port, r.count, later.status.violations.len()),
             (1, 8080, 2, 1),
             "the record took the port of the access line"
+        );
+        assert_eq!(
+            r.reason,
+            Some(ViolationReason::NoRuleForPeer),
+            "and the reason of the rules"
         );
         // Both arriving in one round (either order) also make one record.
         let mut both = found.observations[&key].clone();

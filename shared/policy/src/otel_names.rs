@@ -42,6 +42,10 @@ pub const NETWORK_DIRECTION: &str = "network.direction";
 pub const VIOLATION_COUNT: &str = "violation.count";
 /// Why a violation was acknowledged (acknowledged event only).
 pub const REASON: &str = "reason";
+/// Why the traffic is a violation (`NoRuleForPeer`, `PortNotAllowed`, `ProtocolNotAllowed`,
+/// `DeniedByDataPlane`), as the record says; absent when the record has none. Like
+/// [`VIOLATION_COUNT`], an addition to the fixed attributes.
+pub const VIOLATION_REASON: &str = "violation.reason";
 
 /// The attributes every violation event carries, for every provider.
 pub const VIOLATION_ATTRIBUTES: [&str; 16] = [

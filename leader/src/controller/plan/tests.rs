@@ -1114,6 +1114,8 @@ fn observed(src: &str) -> crate::violations::record::Observation {
         count: 4,
         first_seen: time(900),
         last_seen: time(950),
+        reason: ne_crds::ViolationReason::NoRuleForPeer,
+        message: "no ingress rule of the policy admits this peer".to_owned(),
     }
 }
 

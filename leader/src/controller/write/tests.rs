@@ -625,6 +625,8 @@ fn record(id: i64, count: i64, mode: Mode, identity: Option<&str>) -> ne_crds::V
         port: 9090,
         direction: PolicyDirection::Ingress,
         mode,
+        reason: Some(ne_crds::ViolationReason::PortNotAllowed),
+        message: Some("ingress rules admit this peer, but not on TCP port 9090".to_owned()),
     }
 }
 
@@ -741,6 +743,7 @@ async fn every_provider_reports_a_record_once_per_change_with_the_same_attribute
             otel::VIOLATION_ID: 1,
             otel::NETWORK_DIRECTION: "ingress",
             otel::VIOLATION_COUNT: 3,
+            otel::VIOLATION_REASON: "PortNotAllowed",
         });
         assert_eq!(Value::Object(e.attributes.clone()), want, "{provider:?}");
         for key in otel::VIOLATION_ATTRIBUTES {

@@ -960,7 +960,7 @@ proptest! {
                 // no violation.
                 prop_assert_eq!(decision, Decision::NodeLocal);
             } else {
-                prop_assert_eq!(decision, Decision::Denied { invalid_skipped: false }, "{:?}", e);
+                prop_assert!(matches!(decision, Decision::Denied { invalid_skipped: false, .. }), "{:?} {:?}", e, decision);
             }
         }
         // No port in any proposal that no input edge had.

@@ -30,11 +30,13 @@ pub fn evaluate(spec: &IstioAuthorizationPolicySpec, flow: &FlowView<'_>) -> Dec
     let identity = flow.peer_identity.filter(|id| !id.is_empty());
     let mut scan = Scan::default();
     for (i, rule) in spec.rules.iter().enumerate() {
-        if from_matches(&rule.from, identity, &mut scan)
-            && to_matches(&rule.to, flow.port, &mut scan)
-        {
+        if !from_matches(&rule.from, identity, &mut scan) {
+            continue;
+        }
+        if to_matches(&rule.to, flow.port, &mut scan) {
             return Decision::Allowed { rule: i };
         }
+        scan.peer_admitted = true;
     }
     scan.denied()
 }

@@ -2,6 +2,7 @@ use ne_crds::{IstioOperation, IstioRule, IstioSource};
 
 use super::*;
 use crate::eval::Decision::{Allowed, Denied, NotRestricted};
+use crate::eval::DenyReason;
 use crate::eval::selector::tests::sel;
 use crate::eval::test_support::{TestFlow, from_principal};
 
@@ -35,7 +36,14 @@ fn policy(rules: Vec<IstioRule>) -> IstioAuthorizationPolicySpec {
     }
 }
 
+/// Denied: no rule admits the peer.
 const DENIED: Decision = Denied {
+    reason: DenyReason::NoRuleForPeer,
+    invalid_skipped: false,
+};
+/// Denied: a rule admits the peer, not the port.
+const DENIED_PORT: Decision = Denied {
+    reason: DenyReason::PortNotAllowed,
     invalid_skipped: false,
 };
 const ALLOWED: Decision = Allowed { rule: 0 };
@@ -59,7 +67,7 @@ fn rule_shapes() {
             flow(Some(CLIENT), 18080),
             ALLOWED,
         ),
-        ("other port", &exact, flow(Some(CLIENT), 18082), DENIED),
+        ("other port", &exact, flow(Some(CLIENT), 18082), DENIED_PORT),
         (
             "other service account",
             &exact,
@@ -90,7 +98,7 @@ fn rule_shapes() {
             "source without principals: port still checked",
             &any_source,
             flow(None, 1),
-            DENIED,
+            DENIED_PORT,
         ),
         (
             "operation without ports: any port",
@@ -143,7 +151,7 @@ fn any_from_and_any_to_entry_match() {
     );
     assert_eq!(
         evaluate(&p, &flow(Some("a/ns/y/sa/z"), 18080).view()),
-        DENIED
+        DENIED_PORT
     );
 }
 
@@ -187,6 +195,7 @@ fn port_strings() {
     assert_eq!(
         evaluate(&p, &flow(None, 8101).view()),
         Denied {
+            reason: DenyReason::PortNotAllowed,
             invalid_skipped: true
         }
     );
@@ -267,7 +276,7 @@ fn real_allow_policies() {
         );
         // The e2e client (http-client-sa) is not the allowed principal: a violation.
         assert_eq!(ok(flow(Some(CLIENT), 18080)), DENIED);
-        assert_eq!(ok(flow(Some(another), 18082)), DENIED);
+        assert_eq!(ok(flow(Some(another), 18082)), DENIED_PORT);
         assert_eq!(ok(flow(None, 18080)), DENIED);
         assert_eq!(ok(flow(Some(another), 18080).egress()), NotRestricted);
     }

@@ -13,7 +13,8 @@
 //!
 //! Invalid parts of a spec (unknown selector operator, bad CIDR, bad port string, ...)
 //! match nothing: the evaluation fails closed, producing a violation rather than a silent
-//! allow. [`Decision::Denied`] says whether such a part was skipped, and [`validate`] lists
+//! allow. [`Decision::Denied`] says how near the nearest rule came ([`DenyReason`]) and whether
+//! such a part was skipped, and [`validate`] lists
 //! every invalid part with its path, so the leader can put it in a condition.
 
 mod cidr;
@@ -101,9 +102,34 @@ pub enum Decision {
     NodeLocal,
     /// Rule number `rule` (in the direction's rule list) allows the flow.
     Allowed { rule: usize },
-    /// No rule allows the flow. `invalid_skipped`: an invalid part of the spec was met and
-    /// treated as matching nothing, so the denial may come from a typo.
-    Denied { invalid_skipped: bool },
+    /// No rule allows the flow, for `reason`. `invalid_skipped`: an invalid part of the
+    /// spec was met and treated as matching nothing, so the denial may come from a typo.
+    Denied {
+        reason: DenyReason,
+        invalid_skipped: bool,
+    },
+}
+
+/// Why no rule allows a flow: how near the nearest rule came.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum DenyReason {
+    /// No rule of the direction admits the peer.
+    NoRuleForPeer,
+    /// A rule admits the peer, but none of those rules admits the port.
+    PortNotAllowed,
+    /// A rule admits the peer on the port, but over another protocol.
+    ProtocolNotAllowed,
+}
+
+impl DenyReason {
+    /// The reason's name, as violation records and events carry it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DenyReason::NoRuleForPeer => "NoRuleForPeer",
+            DenyReason::PortNotAllowed => "PortNotAllowed",
+            DenyReason::ProtocolNotAllowed => "ProtocolNotAllowed",
+        }
+    }
 }
 
 impl Decision {
@@ -282,10 +308,14 @@ fn pod_ports(r: &Resolution) -> &[NamedPort] {
     }
 }
 
-/// Records whether an invalid part was met while matching.
+/// Records whether an invalid part was met while matching, and how near the rules came.
 #[derive(Debug, Default)]
 struct Scan {
     invalid: bool,
+    /// A rule admitted the peer (its ports did not admit the flow).
+    peer_admitted: bool,
+    /// A rule admitted the peer and the port, over another protocol.
+    other_protocol: bool,
 }
 
 impl Scan {
@@ -298,7 +328,15 @@ impl Scan {
     }
 
     fn denied(&self) -> Decision {
+        let reason = if self.other_protocol {
+            DenyReason::ProtocolNotAllowed
+        } else if self.peer_admitted {
+            DenyReason::PortNotAllowed
+        } else {
+            DenyReason::NoRuleForPeer
+        };
         Decision::Denied {
+            reason,
             invalid_skipped: self.invalid,
         }
     }

@@ -35,7 +35,15 @@ pub fn evaluate(spec: &NetworkPolicySpec, namespace: &str, flow: &FlowView<'_>) 
     }
     let mut scan = Scan::default();
     let mut matches = |peers: Option<&[NetworkPolicyPeer]>, ports: Option<&[NetworkPolicyPort]>| {
-        peers_match(peers, namespace, flow, &mut scan) && ports_match(ports, flow, &mut scan)
+        if !peers_match(peers, namespace, flow, &mut scan) {
+            return false;
+        }
+        if ports_match(ports, flow, &mut scan) {
+            return true;
+        }
+        scan.peer_admitted = true;
+        scan.other_protocol |= other_protocol(ports, flow);
+        false
     };
     let hit = match flow.direction {
         Direction::Ingress => {
@@ -137,6 +145,15 @@ fn ports_match(ports: Option<&[NetworkPolicyPort]>, flow: &FlowView<'_>, scan: &
     }
 }
 
+/// Whether a port of `ports` would admit the flow over another protocol.
+fn other_protocol(ports: Option<&[NetworkPolicyPort]>, flow: &FlowView<'_>) -> bool {
+    ports.into_iter().flatten().any(|p| {
+        protocol(p).is_ok_and(|proto| {
+            proto != flow.protocol && port_spec(p).is_ok_and(|spec| spec_admits(&spec, proto, flow))
+        })
+    })
+}
+
 /// The protocol of a policy port: `None` is TCP; names are upper case as the API requires.
 fn protocol(p: &NetworkPolicyPort) -> Result<Protocol, Problem> {
     match p.protocol.as_deref() {
@@ -176,17 +193,19 @@ fn port_spec(p: &NetworkPolicyPort) -> Result<PortSpec<'_>, Problem> {
 fn port_matches(p: &NetworkPolicyPort, flow: &FlowView<'_>) -> Result<bool, Problem> {
     let proto = protocol(p)?;
     let spec = port_spec(p)?;
-    if proto != flow.protocol {
-        return Ok(false);
-    }
-    Ok(match spec {
+    Ok(proto == flow.protocol && spec_admits(&spec, proto, flow))
+}
+
+/// Whether `spec` over `proto` admits the flow's port.
+fn spec_admits(spec: &PortSpec<'_>, proto: Protocol, flow: &FlowView<'_>) -> bool {
+    match *spec {
         PortSpec::Any => true,
         PortSpec::Range(lo, hi) => (lo..=hi).contains(&flow.port),
         PortSpec::Named(name) => flow
             .named_ports
             .iter()
             .any(|np| &*np.name == name && np.protocol == proto && np.port == flow.port),
-    })
+    }
 }
 
 /// Every invalid part of `spec`, with its path.

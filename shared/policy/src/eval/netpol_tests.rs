@@ -5,6 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::*;
 use crate::eval::Decision::{Allowed, Denied, NotRestricted};
+use crate::eval::DenyReason;
 use crate::eval::selector::tests::sel;
 use crate::eval::test_support::{TestFlow, from_ip, from_pod};
 use ne_flow::flow::Reserved;
@@ -94,7 +95,19 @@ fn egress(rules: Vec<(Vec<NetworkPolicyPeer>, Vec<NetworkPolicyPort>)>) -> Netwo
     }
 }
 
+/// Denied: no rule admits the peer.
 const DENIED: Decision = Denied {
+    reason: DenyReason::NoRuleForPeer,
+    invalid_skipped: false,
+};
+/// Denied: a rule admits the peer, not the port.
+const DENIED_PORT: Decision = Denied {
+    reason: DenyReason::PortNotAllowed,
+    invalid_skipped: false,
+};
+/// Denied: a rule admits the peer and the port, over another protocol.
+const DENIED_PROTOCOL: Decision = Denied {
+    reason: DenyReason::ProtocolNotAllowed,
     invalid_skipped: false,
 };
 const ALLOWED: Decision = Allowed { rule: 0 };
@@ -326,6 +339,7 @@ fn invalid_operator_matches_nothing_and_is_flagged() {
             &p,
             from_pod(NS, &[("tier", "front")]),
             Denied {
+                reason: DenyReason::NoRuleForPeer,
                 invalid_skipped: true,
             },
         ),
@@ -341,6 +355,7 @@ fn invalid_operator_matches_nothing_and_is_flagged() {
             &p,
             from_ip("1.2.3.4"),
             Denied {
+                reason: DenyReason::NoRuleForPeer,
                 invalid_skipped: true,
             },
         ),
@@ -389,6 +404,7 @@ fn ip_block_with_except() {
     assert_eq!(
         evaluate(&broken, NS, &from_ip("172.17.0.5").view()),
         Denied {
+            reason: DenyReason::NoRuleForPeer,
             invalid_skipped: true
         }
     );
@@ -406,6 +422,7 @@ fn ip_block_with_except() {
     assert_eq!(
         evaluate(&mixed, NS, &from_ip("1.1.1.1").view()),
         Denied {
+            reason: DenyReason::NoRuleForPeer,
             invalid_skipped: true
         }
     );
@@ -423,13 +440,13 @@ fn port_ranges_with_end_port() {
         ("low end", &p, f().port(8000), ALLOWED),
         ("inside", &p, f().port(8050), ALLOWED),
         ("high end", &p, f().port(8100), ALLOWED),
-        ("above", &p, f().port(8101), DENIED),
-        ("below", &p, f().port(7999), DENIED),
+        ("above", &p, f().port(8101), DENIED_PORT),
+        ("below", &p, f().port(7999), DENIED_PORT),
         (
             "other protocol",
             &p,
             f().port(8050).proto(Protocol::Udp),
-            DENIED,
+            DENIED_PROTOCOL,
         ),
     ]);
     let reversed = ingress(vec![(
@@ -439,6 +456,7 @@ fn port_ranges_with_end_port() {
     assert_eq!(
         evaluate(&reversed, NS, &f().port(8500).view()),
         Denied {
+            reason: DenyReason::PortNotAllowed,
             invalid_skipped: true
         }
     );
@@ -473,13 +491,23 @@ fn named_ports_resolve_against_the_destination_pod() {
             f().port(8080),
             ALLOWED,
         ),
-        ("resolves to another port", &http, f().port(8081), DENIED),
-        ("unknown name", &named("grpc", None), f().port(8080), DENIED),
+        (
+            "resolves to another port",
+            &http,
+            f().port(8081),
+            DENIED_PORT,
+        ),
+        (
+            "unknown name",
+            &named("grpc", None),
+            f().port(8080),
+            DENIED_PORT,
+        ),
         (
             "no named ports known",
             &http,
             from_pod(NS, &[]).port(8080),
-            DENIED,
+            DENIED_PORT,
         ),
         (
             "UDP named port",
@@ -491,7 +519,7 @@ fn named_ports_resolve_against_the_destination_pod() {
             "named port protocol must agree",
             &named("dns", None),
             f().port(53).proto(Protocol::Udp),
-            DENIED,
+            DENIED_PORT,
         ),
     ]);
     // Egress: the peer's (destination's) named ports are the ones in the view.
@@ -514,13 +542,13 @@ fn protocol_defaults_to_tcp() {
             "UDP",
             &p,
             from_pod(NS, &[]).port(53).proto(Protocol::Udp),
-            DENIED,
+            DENIED_PROTOCOL,
         ),
         (
             "SCTP",
             &p,
             from_pod(NS, &[]).port(53).proto(Protocol::Sctp),
-            DENIED,
+            DENIED_PROTOCOL,
         ),
     ]);
     let lower = ingress(vec![(
@@ -531,6 +559,7 @@ fn protocol_defaults_to_tcp() {
     assert_eq!(
         evaluate(&lower, NS, &udp.view()),
         Denied {
+            reason: DenyReason::PortNotAllowed,
             invalid_skipped: true
         }
     );
@@ -542,7 +571,7 @@ fn protocol_defaults_to_tcp() {
     );
     assert_eq!(
         evaluate(&all_udp, NS, &from_pod(NS, &[]).port(9999).view()),
-        DENIED
+        DENIED_PROTOCOL
     );
 }
 
@@ -569,7 +598,7 @@ fn absent_peers_and_ports_match_everything() {
             "no from: wrong port",
             &any_peer,
             from_ip("8.8.8.8").port(81),
-            DENIED,
+            DENIED_PORT,
         ),
         (
             "no ports: UDP",
@@ -623,7 +652,7 @@ fn policy_types_decide_what_is_restricted() {
     );
     assert_eq!(
         evaluate(&default_with_egress, NS, &eg_flow().port(80).view()),
-        DENIED
+        DENIED_PORT
     );
     let eg_only = egress(vec![]);
     assert_eq!(
@@ -666,7 +695,7 @@ fn rules_are_ored_and_report_their_index() {
             "peer of one, port of the other",
             &p,
             from_ip("8.8.8.8"),
-            DENIED,
+            DENIED_PORT,
         ),
     ]);
 }
@@ -791,7 +820,7 @@ fn real_allow_only_tcp_8080_policy() {
         ok(from_pod("test-ns", &[("run", "client")])
             .port(8080)
             .proto(Protocol::Udp)),
-        DENIED
+        DENIED_PROTOCOL
     );
     assert_eq!(
         ok(from_pod("default", &[("run", "client")]).port(8080)),
