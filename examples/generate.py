@@ -516,7 +516,20 @@ def proposal(backend, ns, kind, name, direction, selector, rules, rows):
                          "namespace": ns},
             "spec": spec,
             "status": {"learningSince": min(r["firstSeen"] for r in rows), "conditions": [],
-                       "peers": rows, "flowCount": sum(r["flowCount"] for r in rows)}}
+                       "peers": rows, "flowCount": sum(r["flowCount"] for r in rows),
+                       **summary(rows)}}
+
+
+def summary(rows):
+    """The status fields `kubectl get` shows: distinct peers, the first eight protocol/port
+    pairs (then +N; port 0 is any port, `*`), and the newest last-seen and first-seen."""
+    pairs = sorted({(r["protocol"], r["port"]) for r in rows})
+    shown = ["%s/%s" % (pr, p if p else "*") for pr, p in pairs[:8]]
+    if len(pairs) > 8:
+        shown.append("+%d" % (len(pairs) - 8))
+    return {"peerCount": len({r["peer"] for r in rows}), "ports": ",".join(shown),
+            "lastSeen": max(r["lastSeen"] for r in rows),
+            "lastLearned": max(r["firstSeen"] for r in rows)}
 
 
 def stamp(t_ns):

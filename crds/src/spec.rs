@@ -207,6 +207,36 @@ pub struct IstioOperation {
         description = "Ingress or Egress"
     ),
     printcolumn(
+        name = "Peers",
+        type_ = "integer",
+        json_path = ".status.peerCount",
+        description = "Distinct peers learned"
+    ),
+    printcolumn(
+        name = "Ports",
+        type_ = "string",
+        json_path = ".status.ports",
+        description = "Protocols and ports learned"
+    ),
+    printcolumn(
+        name = "Flows",
+        type_ = "integer",
+        json_path = ".status.flowCount",
+        description = "Flows merged since learning started"
+    ),
+    printcolumn(
+        name = "Stable",
+        type_ = "date",
+        json_path = ".status.lastLearned",
+        description = "Time since a peer, protocol or port was last added"
+    ),
+    printcolumn(
+        name = "Last Seen",
+        type_ = "date",
+        json_path = ".status.lastSeen",
+        description = "Time since traffic of the proposal was last seen"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp",

@@ -31,6 +31,62 @@ pub struct WorkloadNetworkPolicyProposalStatus {
     /// Total flows merged into this proposal since `learningSince`.
     #[serde(default)]
     pub flow_count: i64,
+    /// Distinct peers in `peers` (a summary for `kubectl get`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub peer_count: i64,
+    /// The protocols and ports of `peers`, e.g. `TCP/8080,UDP/53`: the first
+    /// eight, then `+N` for the rest; `*` is a rule for any port.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ports: String,
+    /// The latest `lastSeen` of `peers`: when traffic of the proposal was last seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen: Option<Time>,
+    /// The latest `firstSeen` of `peers`: when a peer, protocol or port was last added.
+    /// Stable since then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_learned: Option<Time>,
+}
+
+/// How many protocol/port pairs [`WorkloadNetworkPolicyProposalStatus::ports`] names.
+const PORTS_SHOWN: usize = 8;
+
+impl WorkloadNetworkPolicyProposalStatus {
+    /// Sets the summary fields (`peerCount`, `ports`, `lastSeen`, `lastLearned`) from
+    /// `peers`.
+    pub fn summarize(&mut self) {
+        let peers: std::collections::BTreeSet<&str> =
+            self.peers.iter().map(|p| p.peer.as_str()).collect();
+        self.peer_count = i64::try_from(peers.len()).unwrap_or(i64::MAX);
+        let ports: std::collections::BTreeSet<(&str, i32)> = self
+            .peers
+            .iter()
+            .map(|p| (p.protocol.as_str(), p.port))
+            .collect();
+        let mut shown: Vec<String> = ports
+            .iter()
+            .take(PORTS_SHOWN)
+            .map(|&(protocol, port)| match port {
+                0 => format!("{protocol}/*"),
+                port => format!("{protocol}/{port}"),
+            })
+            .collect();
+        if ports.len() > PORTS_SHOWN {
+            shown.push(format!("+{}", ports.len() - PORTS_SHOWN));
+        }
+        self.ports = shown.join(",");
+        self.last_seen = self
+            .peers
+            .iter()
+            .map(|p| &p.last_seen)
+            .max_by_key(|t| t.0)
+            .cloned();
+        self.last_learned = self
+            .peers
+            .iter()
+            .map(|p| &p.first_seen)
+            .max_by_key(|t| t.0)
+            .cloned();
+    }
 }
 
 /// Observed traffic between the target workload and one peer on one protocol and port.

@@ -317,6 +317,11 @@ mod generated_schema {
                 ("Backend", "string", ".spec.backend"),
                 ("Target", "string", ".spec.targetRef.name"),
                 ("Direction", "string", ".spec.direction"),
+                ("Peers", "integer", ".status.peerCount"),
+                ("Ports", "string", ".status.ports"),
+                ("Flows", "integer", ".status.flowCount"),
+                ("Stable", "date", ".status.lastLearned"),
+                ("Last Seen", "date", ".status.lastSeen"),
                 ("Age", "date", ".metadata.creationTimestamp"),
             ])
         );
@@ -672,5 +677,65 @@ mod validation {
         let mut crd = WorkloadNetworkPolicy::crd();
         crd.spec.versions[0].served = false;
         assert_eq!(validation_schema(&crd), Value::Bool(false));
+    }
+}
+
+mod summary {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn row(peer: &str, protocol: &str, port: i32, first: i64, last: i64) -> PeerEvidence {
+        let t = |s| Time(Timestamp::from_second(s).unwrap());
+        PeerEvidence {
+            peer: peer.to_owned(),
+            protocol: protocol.to_owned(),
+            port,
+            first_seen: t(first),
+            last_seen: t(last),
+            flow_count: 1,
+            dns_name: None,
+        }
+    }
+
+    #[test]
+    fn the_summary_counts_peers_lists_ports_and_dates_the_newest_rows() {
+        let mut status = WorkloadNetworkPolicyProposalStatus {
+            peers: vec![
+                row("pods:shop/app=web", "TCP", 8080, 100, 900),
+                row("pods:shop/app=web", "TCP", 9090, 300, 400),
+                row("ip:10.0.0.0/8", "UDP", 53, 200, 950),
+                row("ip:10.0.0.0/8", "TCP", 8080, 150, 150),
+                row("pods:shop/app=cron", "SCTP", 0, 50, 60),
+            ],
+            ..Default::default()
+        };
+        status.summarize();
+        assert_eq!(status.peer_count, 3);
+        assert_eq!(status.ports, "SCTP/*,TCP/8080,TCP/9090,UDP/53");
+        assert_eq!(status.last_seen.unwrap().0.as_second(), 950);
+        assert_eq!(status.last_learned.unwrap().0.as_second(), 300);
+    }
+
+    #[test]
+    fn past_eight_ports_the_summary_counts_the_rest() {
+        let mut status = WorkloadNetworkPolicyProposalStatus {
+            peers: (1..=11)
+                .map(|port| row("pods:shop/app=web", "TCP", port, 1, 1))
+                .collect(),
+            ..Default::default()
+        };
+        status.summarize();
+        assert_eq!(
+            status.ports,
+            "TCP/1,TCP/2,TCP/3,TCP/4,TCP/5,TCP/6,TCP/7,TCP/8,+3"
+        );
+        assert_eq!(status.peer_count, 1);
+        let mut empty = WorkloadNetworkPolicyProposalStatus::default();
+        empty.summarize();
+        assert_eq!(
+            (empty.peer_count, empty.ports.as_str(), empty.last_seen),
+            (0, "", None)
+        );
     }
 }

@@ -1071,7 +1071,19 @@ async fn violations_in_monitor_and_protect_mode_with_network_policies() {
     };
     hubble.add_json(&tcp_flow(&web, &api, 8080));
     let name = "deployment-api-ingress";
-    s.learned(name).await;
+    let learned = s.learned(name).await.status.unwrap();
+    // What `kubectl get wnpp` shows of it.
+    assert_eq!(
+        (learned.peer_count, learned.ports.as_str()),
+        (1, "TCP/8080")
+    );
+    assert_eq!(
+        (learned.last_learned.as_ref(), learned.last_seen.as_ref()),
+        (
+            learned.peers.first().map(|p| &p.first_seen),
+            learned.peers.first().map(|p| &p.last_seen)
+        )
+    );
     let policy = s.promote(name, "monitor").await;
     s.ready(name, "Monitoring").await;
 

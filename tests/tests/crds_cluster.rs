@@ -15,9 +15,10 @@ use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::Status;
 use kube::{Api, Client};
 use ne_crds::{
-    BACKEND_IMMUTABLE_RULE, GROUP, RULE_ISTIO_INGRESS_ONLY, RULE_ISTIO_SELECTOR,
+    BACKEND_IMMUTABLE_RULE, GROUP, PeerEvidence, RULE_ISTIO_INGRESS_ONLY, RULE_ISTIO_SELECTOR,
     RULE_KUBERNETES_POLICY_TYPES, RULE_KUBERNETES_SELECTOR, RULE_ONE_BACKEND_PAYLOAD, SPEC_RULES,
     VERSION, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
+    WorkloadNetworkPolicyProposalStatus,
 };
 use serde_json::{Value, json};
 
@@ -709,17 +710,65 @@ async fn the_table_shows_the_printer_columns_with_status_values() {
         .create(&params, &object(&proposals(), "db-ingress", istio_spec()))
         .await
         .unwrap();
+    // Evidence as the leader writes it: two peers, the newest added 10 days and an hour
+    // ago, traffic last seen 30 hours ago.
+    let ago = |hours: i64| {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            Timestamp::now() - SignedDuration::from_hours(hours),
+        )
+    };
+    let row = |peer: &str, protocol: &str, port, first, last, flows| PeerEvidence {
+        peer: peer.to_owned(),
+        protocol: protocol.to_owned(),
+        port,
+        first_seen: ago(first),
+        last_seen: ago(last),
+        flow_count: flows,
+        dns_name: None,
+    };
+    let mut evidence = WorkloadNetworkPolicyProposalStatus {
+        peers: vec![
+            row("ip:203.0.113.10/32", "TCP", 443, 300, 30, 5),
+            row("pods:kube-system/k8s-app=kube-dns", "UDP", 53, 241, 40, 7),
+        ],
+        flow_count: 12,
+        ..Default::default()
+    };
+    evidence.summarize();
+    proposals_api
+        .patch_status(
+            "api-egress",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "status": evidence })),
+        )
+        .await
+        .unwrap();
     let table = self::table(&client, &ns.name, "workloadnetworkpolicyproposals").await;
     assert_columns(&table, &wnpp_crd);
     let rows = self::rows(&table);
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert_eq!(
         split_age(rows["api-egress"].clone(), "wnpp api-egress"),
-        ["api-egress", "kubernetes", "api", "Egress"].map(|c| json!(c))
+        [
+            json!("api-egress"),
+            json!("kubernetes"),
+            json!("api"),
+            json!("Egress"),
+            json!(2),
+            json!("TCP/443,UDP/53"),
+            json!(12),
+            json!("10d"),
+            json!("30h")
+        ]
     );
+    // No status yet: its columns are empty.
+    let mut fresh = ["db-ingress", "istio", "db", "Ingress"]
+        .map(|c| json!(c))
+        .to_vec();
+    fresh.extend(std::iter::repeat_n(Value::Null, 5));
     assert_eq!(
         split_age(rows["db-ingress"].clone(), "wnpp db-ingress"),
-        ["db-ingress", "istio", "db", "Ingress"].map(|c| json!(c))
+        fresh
     );
 }
 

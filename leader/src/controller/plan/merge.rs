@@ -149,10 +149,13 @@ pub fn merge_status(
         (Some(a), Some(b)) => Some(if b.0 < a.0 { b.clone() } else { a.clone() }),
         (a, b) => a.clone().or_else(|| b.clone()),
     };
-    WorkloadNetworkPolicyProposalStatus {
+    let mut status = WorkloadNetworkPolicyProposalStatus {
         learning_since,
         conditions: old.conditions.clone(),
         flow_count: peers.iter().map(|p| p.flow_count).sum(),
         peers,
-    }
+        ..WorkloadNetworkPolicyProposalStatus::default()
+    };
+    status.summarize();
+    status
 }

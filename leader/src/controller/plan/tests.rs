@@ -104,15 +104,17 @@ fn proposal(name: &str, peers: &[(&str, i32, i64, i64, i64)]) -> WorkloadNetwork
             dns_name: None,
         })
         .collect();
-    p.status = Some(WorkloadNetworkPolicyProposalStatus {
+    let mut status = WorkloadNetworkPolicyProposalStatus {
         learning_since: rows
             .iter()
             .map(|r| r.first_seen.clone())
             .min_by_key(|t| t.0),
-        conditions: Vec::new(),
         flow_count: rows.iter().map(|r| r.flow_count).sum(),
         peers: rows,
-    });
+        ..Default::default()
+    };
+    status.summarize();
+    p.status = Some(status);
     p
 }
 

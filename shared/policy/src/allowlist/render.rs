@@ -91,7 +91,7 @@ impl Proposal {
     /// The status the evidence makes: `learningSince`, one row per peer, protocol and port,
     /// and the flow count. Times are cut to whole seconds, as `metav1.Time` carries them.
     pub fn status(&self) -> WorkloadNetworkPolicyProposalStatus {
-        WorkloadNetworkPolicyProposalStatus {
+        let mut status = WorkloadNetworkPolicyProposalStatus {
             learning_since: Some(kube_time(self.learning_since)),
             conditions: Vec::new(),
             peers: self
@@ -108,7 +108,10 @@ impl Proposal {
                 })
                 .collect(),
             flow_count: i64::try_from(self.flow_count).unwrap_or(i64::MAX),
-        }
+            ..WorkloadNetworkPolicyProposalStatus::default()
+        };
+        status.summarize();
+        status
     }
 
     /// The proposal object with [`Proposal::status`] filled in.
