@@ -296,6 +296,26 @@ impl Setup {
         .await;
     }
 
+    /// Waits for the policy's `Quiet` condition to have `status` and `reason`; returns it.
+    async fn quiet(
+        &self,
+        name: &str,
+        status: &str,
+        reason: &str,
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        eventually(
+            &format!("policy {name} Quiet {status} ({reason})"),
+            || async {
+                let w = self.policies().get(name).await.ok()?;
+                w.status?
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == "Quiet" && c.status == status && c.reason == reason)
+            },
+        )
+        .await
+    }
+
     /// Deletes the policy; waits for learning to make a new proposal of that name.
     async fn delete_policy_and_relearn(&self, name: &str, old: &WorkloadNetworkPolicyProposal) {
         self.policies()
@@ -1185,6 +1205,7 @@ async fn violations_in_monitor_and_protect_mode_with_network_policies() {
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
+    s.quiet(name, "False", "ActiveViolations").await;
     let ack = format!("{}1", ne_crds::ACKNOWLEDGE_ANNOTATION_PREFIX);
     let patch = json!({"metadata": {"annotations": {&ack: "web scrapes metrics on 9090"}}});
     s.policies()
@@ -1197,6 +1218,14 @@ async fn violations_in_monitor_and_protect_mode_with_network_policies() {
     .await;
     let acknowledged = &status.acknowledged_violations[0];
     assert_eq!(acknowledged.violation.id, 1);
+    let quiet = s.quiet(name, "True", "NoActiveViolations").await;
+    assert!(
+        quiet
+            .message
+            .starts_with("no active violation; the last was seen at"),
+        "{}",
+        quiet.message
+    );
     assert_eq!(
         acknowledged.reason.as_deref(),
         Some("web scrapes metrics on 9090")

@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use ne_crds::{
     AuthorizationPolicy, AuthorizationPolicySpec, Backend, ISTIO_DRY_RUN_ANNOTATION, Mode,
-    WorkloadNetworkPolicy, WorkloadSelector,
+    WorkloadNetworkPolicy, WorkloadNetworkPolicyStatus, WorkloadSelector,
 };
 
 use super::{
@@ -346,6 +346,7 @@ fn conditions(w: &WorkloadNetworkPolicy, native: Native, world: &World<'_>, plan
             ),
         }));
     }
+    let quiet = quiet_condition(w.status.as_ref());
     let desired = vec![
         set_condition(
             existing, "Ready", ready, reason, message, world.now, generation,
@@ -368,13 +369,48 @@ fn conditions(w: &WorkloadNetworkPolicy, native: Native, world: &World<'_>, plan
             world.now,
             generation,
         ),
+        set_condition(
+            existing, "Quiet", quiet.0, quiet.1, quiet.2, world.now, generation,
+        ),
     ];
+
     if condition_changed(existing, &desired) {
         plan.actions.push(Action::ApplyPolicyStatus {
             key: ObjectKey::of(w),
             observed_generation: generation,
             conditions: desired,
         });
+    }
+}
+
+/// The `Quiet` condition: (status, reason, message). True while no violation is active
+/// (every record acknowledged, or none seen); its last transition is when the policy became
+/// quiet, and the message says when the last violation was seen, so that a user can tell
+/// how long it has been quiet before switching to protect. Follows the records one round
+/// behind (they are written in the same round, by their own writer).
+fn quiet_condition(status: Option<&WorkloadNetworkPolicyStatus>) -> (bool, &'static str, String) {
+    let active = status.map_or(0, |s| s.active_violation_count);
+    let last = status.and_then(|s| s.last_violation_time.as_ref());
+    match (active, last) {
+        (0, None) => (
+            true,
+            "NoActiveViolations",
+            "no violation has been seen".to_owned(),
+        ),
+        (0, Some(t)) => (
+            true,
+            "NoActiveViolations",
+            format!("no active violation; the last was seen at {}", t.0),
+        ),
+        (n, last) => (
+            false,
+            "ActiveViolations",
+            format!(
+                "{n} active violation(s), the last seen at {}: add rules for what is expected, \
+                 then acknowledge",
+                last.map_or_else(|| "an unknown time".to_owned(), |t| t.0.to_string())
+            ),
+        ),
     }
 }
 

@@ -768,6 +768,63 @@ fn warnings(plans: &[Plan]) -> Vec<(&'static str, String)> {
 }
 
 #[test]
+fn quiet_says_whether_violations_are_active_and_when_the_last_was_seen() {
+    let mut case = Case::new();
+    case.policies = vec![policy("deployment-api-ingress", "api", Mode::Monitor)];
+    case.settle();
+    let quiet = |case: &Case| {
+        let c = condition(
+            &case.policies[0].status.as_ref().unwrap().conditions,
+            "Quiet",
+        );
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    };
+    assert_eq!(
+        quiet(&case),
+        (
+            "True".to_owned(),
+            "NoActiveViolations".to_owned(),
+            "no violation has been seen".to_owned()
+        )
+    );
+    // Two records, the newest seen at 950 s.
+    case.observations.insert(
+        (NS.to_owned(), "deployment-api-ingress".to_owned()),
+        vec![observed("cron"), observed("web")],
+    );
+    case.settle();
+    let (status, reason, message) = quiet(&case);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "ActiveViolations")
+    );
+    assert!(
+        message.starts_with("2 active violation(s), the last seen at 1970-01-01T00:15:50Z"),
+        "{message}"
+    );
+    // Both acknowledged: quiet again, and it says since when.
+    case.policies[0].metadata.annotations = Some(
+        ["1", "2"]
+            .map(|id| {
+                (
+                    format!("networkenforcer.kubewarden.io/acknowledge-{id}"),
+                    "expected".to_owned(),
+                )
+            })
+            .into(),
+    );
+    case.settle();
+    assert_eq!(
+        quiet(&case),
+        (
+            "True".to_owned(),
+            "NoActiveViolations".to_owned(),
+            "no active violation; the last was seen at 1970-01-01T00:15:50Z".to_owned()
+        )
+    );
+}
+
+#[test]
 fn rules_that_select_nothing_get_a_condition_and_one_warning_per_finding() {
     let mut case = Case::new();
     case.policies = vec![policy("deployment-api-ingress", "api", Mode::Monitor)];
@@ -1228,6 +1285,14 @@ fn observations_become_records_once_and_acknowledgements_are_taken() {
     assert!(plan.actions.iter().any(|a| matches!(a,
         Action::Event(Event { warning: true, reason: "UnknownViolation", note, .. }) if note.contains("acknowledge-7"))));
     assert_eq!(reported(&plan), (vec![], vec![1]), "one acknowledged event");
+    case.apply(&plan);
+    // `Quiet` follows the records a round later.
+    let plan = case.plan();
+    assert!(
+        matches!(&plan.actions[..], [Action::ApplyPolicyStatus { conditions, .. }]
+            if conditions.iter().any(|c| c.type_ == "Quiet" && c.status == "True")),
+        "{plan:?}"
+    );
     case.apply(&plan);
     // The index still holds the same totals: acknowledged, nothing new, nothing written.
     assert_eq!(case.plan(), Plan::default());
