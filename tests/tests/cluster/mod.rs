@@ -443,18 +443,23 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
         .sum()
 }
 
-/// `kubectl` of the project's control plane (`tests/control-plane/build` makes it, in seconds
-/// when it is up to date), pointed at the cluster under test, with a discovery cache of this
-/// test process's own: a cache another run left behind could hide a change to the CRDs.
-pub fn kubectl() -> Command {
+/// The `kubectl` binary of the project's control plane, built when it is not up to date.
+pub fn kubectl_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    let bin = BIN.get_or_init(|| {
+    BIN.get_or_init(|| {
         control_plane("build", &[]);
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
         std::env::var_os("NE_CONTROL_PLANE_DIR")
             .map_or_else(|| manifest.join("../target/control-plane"), PathBuf::from)
             .join("bin/kubectl")
-    });
+    })
+}
+
+/// `kubectl` of the project's control plane (`tests/control-plane/build` makes it, in seconds
+/// when it is up to date), pointed at the cluster under test, with a discovery cache of this
+/// test process's own: a cache another run left behind could hide a change to the CRDs.
+pub fn kubectl() -> Command {
+    let bin = kubectl_binary();
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("kubectl-cache-{}", std::process::id()));
     let mut command = cluster_command(bin);
