@@ -98,6 +98,14 @@ pub struct RunArgs {
     /// batch beyond it is rejected and its agent retries.
     #[arg(long, env = "NE_MAX_STREAM_TABLE_BYTES", default_value_t = IngestLimits::default().table_bytes)]
     pub max_stream_table_bytes: usize,
+    /// Batch bytes per second each agent may send; past it (after its burst) its stream
+    /// is paced, so no agent slows the others.
+    #[arg(long, env = "NE_AGENT_BYTES_PER_SECOND", default_value_t = IngestLimits::default().agent_bytes_per_second)]
+    pub agent_bytes_per_second: u64,
+    /// Batch bytes an agent may send at once after a quiet spell (a snapshot after a
+    /// reconnect).
+    #[arg(long, env = "NE_AGENT_BURST_BYTES", default_value_t = IngestLimits::default().agent_burst_bytes)]
+    pub agent_burst_bytes: u64,
     /// How long an ack may wait for an agent that does not read its stream; the stream
     /// then ends.
     #[arg(long, env = "NE_ACK_TIMEOUT", default_value = "30s", value_parser = ne_flow::time::parse_duration)]
@@ -246,6 +254,8 @@ impl RunArgs {
             max_message_bytes: self.max_message_bytes,
             ack_timeout: self.ack_timeout,
             table_bytes: self.max_stream_table_bytes,
+            agent_bytes_per_second: self.agent_bytes_per_second,
+            agent_burst_bytes: self.agent_burst_bytes,
             ..IngestLimits::default()
         }
     }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use ne_flow::edge::Provider;
 use ne_flow::table::FlowTable;
-use ne_leader::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics, Merged};
+use ne_leader::ingest::{IndexHandle, IngestService, LeaderMetrics, Merged};
 use ne_node_agent::metrics::AgentMetrics;
 use ne_node_agent::ship::{self, ShipConfig, ShipTables};
 use ne_node_agent::sink::FlowSink;
@@ -31,7 +31,6 @@ use ne_node_agent::sources::file::{FileSource, format_of};
 use ne_node_agent::sources::hubble::{HubbleConfig, HubbleTarget};
 use ne_node_agent::sources::tls::TlsFiles;
 use ne_policy::index::MergedEdge;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use server::{Session, TestHubble};
 
@@ -47,19 +46,14 @@ async fn leader() -> (SocketAddr, IndexHandle, Arc<LeaderMetrics>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let metrics = Arc::new(LeaderMetrics::default());
-    let service = IngestServer::new(IngestService::new(
+    let service = IngestService::new(
         index.clone(),
         Arc::new(AtomicBool::new(true)),
         1,
         metrics.clone(),
         Arc::new(ne_leader::auth::Insecure),
-    ));
-    tokio::spawn(async move {
-        let _ = tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming(TcpListenerStream::new(listener))
-            .await;
-    });
+    );
+    tokio::spawn(service.serve(listener));
     (address, index, metrics)
 }
 

@@ -15,11 +15,10 @@ use ne_flow::flow::{
     Direction, Endpoint, EndpointId, Protocol, Timestamp, WorkloadKind, WorkloadRef,
 };
 use ne_flow::table::{EdgeKey, FlowTable};
-use ne_leader::ingest::{IndexHandle, IngestServer, IngestService, LeaderMetrics};
+use ne_leader::ingest::{IndexHandle, IngestService, LeaderMetrics};
 use ne_node_agent::metrics::AgentMetrics;
 use ne_node_agent::ship::{self, ShipConfig};
 use ne_node_agent::sources::SourceState;
-use tokio_stream::wrappers::TcpListenerStream;
 
 /// One leader replica: its index, its Lease flag and its server task.
 struct Leader {
@@ -44,18 +43,9 @@ async fn leader_with(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let metrics = Arc::new(LeaderMetrics::default());
-    let service = IngestServer::new(IngestService::new(
-        index.clone(),
-        leading.clone(),
-        epoch,
-        metrics.clone(),
-        auth,
-    ));
+    let service = IngestService::new(index.clone(), leading.clone(), epoch, metrics.clone(), auth);
     let server = tokio::spawn(async move {
-        let _ = tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming(TcpListenerStream::new(listener))
-            .await;
+        let _ = service.serve(listener).await;
     });
     Leader {
         address,

@@ -23,7 +23,7 @@ use ne_node_agent::sources::SourceState;
 use ne_proto::ingest::ingest_client::IngestClient;
 use ne_proto::ingest::{AgentMessage, Batch, Hello, LeaderMessage, agent_message, leader_message};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint as GrpcEndpoint};
 use tonic::{Code, Status, Streaming};
 
@@ -47,11 +47,7 @@ async fn leader(limits: IngestLimits) -> Leader {
         Arc::new(ne_leader::auth::Insecure),
     )
     .with_limits(limits);
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(service.into_server())
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
+    tokio::spawn(service.serve(listener));
     Leader {
         address,
         index,
@@ -163,14 +159,43 @@ async fn end_status(inbound: &mut Streaming<LeaderMessage>) -> Status {
     }
 }
 
+/// A client connecting from the loopback address `127.0.0.<host>` (another node).
+async fn client_from(address: SocketAddr, host: u8) -> IngestClient<Channel> {
+    client(address, |e| {
+        e.local_address(Some(std::net::Ipv4Addr::new(127, 0, 0, host).into()))
+    })
+    .await
+}
+
+/// Whether a new connection from `127.0.0.<host>` gets a stream with its hello acked.
+async fn served(address: SocketAddr, host: u8, agent: &str) -> bool {
+    let connected = GrpcEndpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .local_address(Some(std::net::Ipv4Addr::new(127, 0, 0, host).into()))
+        .connect()
+        .await;
+    let Ok(channel) = connected else {
+        return false;
+    };
+    let Ok(mut raw) = open(&mut IngestClient::new(channel), Some(hello(agent, 1))).await else {
+        return false;
+    };
+    matches!(
+        raw.inbound.message().await.ok().flatten().and_then(|m| m.message),
+        Some(leader_message::Message::Ack(a)) if a.sequence == 0
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_oversize_message_ends_its_stream_with_resource_exhausted() {
+async fn an_oversize_message_ends_its_stream_and_its_address_cools_down() {
     let l = leader(IngestLimits {
         max_message_bytes: 64 << 10,
+        // Longer than this test: the address is still cooling down when it looks.
+        cooldown: Duration::from_secs(600),
         ..loopback()
     })
     .await;
-    let mut c = client(l.address, |e| e).await;
+    let mut c = client_from(l.address, 2).await;
 
     let mut raw = hello_acked(&mut c, "node-a", 1).await;
     let oversize = Batch {
@@ -190,8 +215,15 @@ async fn an_oversize_message_ends_its_stream_with_resource_exhausted() {
         ) == 1
     })
     .await;
+    assert_eq!(gauge(&l.metrics, "leader_address_cooldowns_total"), 1);
 
-    // An oversize first message is refused before any hello is read.
+    // The address cools down: its connections are closed as they are accepted.
+    assert!(!served(l.address, 2, "node-a").await);
+    assert!(gauge(&l.metrics, "leader_connections_refused_total") >= 1);
+
+    // An oversize first message is refused before any hello is read, and its address
+    // cools down too.
+    let mut c = client_from(l.address, 3).await;
     let mut big_hello = hello("node-b", 1);
     if let Some(agent_message::Message::Hello(h)) = &mut big_hello.message {
         h.node = "n".repeat(100 << 10);
@@ -206,9 +238,12 @@ async fn an_oversize_message_ends_its_stream_with_resource_exhausted() {
         ),
         1
     );
+    assert_eq!(gauge(&l.metrics, "leader_address_cooldowns_total"), 2);
+    assert!(!served(l.address, 3, "node-b").await);
 
-    // The leader still serves: a batch within the limit is applied and acked.
-    let mut raw = hello_acked(&mut c, "node-a", 1).await;
+    // Every other address is served: a batch within the limit is applied and acked.
+    let mut c = client_from(l.address, 4).await;
+    let mut raw = hello_acked(&mut c, "node-c", 1).await;
     raw.tx
         .send(batch(Batch {
             sequence: 1,
@@ -219,6 +254,128 @@ async fn an_oversize_message_ends_its_stream_with_resource_exhausted() {
         .unwrap();
     let ack = raw.inbound.message().await.unwrap().and_then(|m| m.message);
     assert!(matches!(ack, Some(leader_message::Message::Ack(a)) if a.sequence == 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_is_served_again_after_its_cooldown() {
+    let l = leader(IngestLimits {
+        max_message_bytes: 64 << 10,
+        cooldown: Duration::from_millis(200),
+        ..loopback()
+    })
+    .await;
+    let mut c = client_from(l.address, 2).await;
+    let refused = open(
+        &mut c,
+        Some(batch(Batch {
+            strings: vec!["x".repeat(100 << 10)],
+            ..Batch::default()
+        })),
+    )
+    .await
+    .err()
+    .expect("refused");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused}");
+    assert_eq!(gauge(&l.metrics, "leader_address_cooldowns_total"), 1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !served(l.address, 2, "node-a").await {
+        assert!(tokio::time::Instant::now() < deadline, "never served again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Bytes of `message` on the wire.
+fn wire_len(message: &AgentMessage) -> usize {
+    match &message.message {
+        Some(agent_message::Message::Batch(b)) => ne_delta::agent_message_len(b),
+        _ => 0,
+    }
+}
+
+/// `n` batches of about 100 KB of new strings each, from sequence 1.
+fn string_batches(n: u64) -> Vec<AgentMessage> {
+    (0..n)
+        .map(|b| {
+            batch(Batch {
+                sequence: b + 1,
+                strings_base: (b * 5_000) as u32,
+                strings: (0..5_000u64)
+                    .map(|i| format!("{:018}", b * 5_000 + i))
+                    .collect(),
+                ..Batch::default()
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_past_its_budget_is_paced_and_the_others_are_not() {
+    let l = leader(IngestLimits {
+        agent_bytes_per_second: 1 << 20,
+        agent_burst_bytes: 128 << 10,
+        // One batch decoded at a time: a paced agent must not hold that place.
+        decoding: 1,
+        ..loopback()
+    })
+    .await;
+    let mut c = client(l.address, |e| e).await;
+
+    // Six batches of 100 KB (decoded off the runtime's threads) at 1 MiB/s after a
+    // 128 KiB burst: the stream cannot be done sooner than the rate allows.
+    let batches = string_batches(6);
+    let sent: usize = batches.iter().map(wire_len).sum();
+    let mut raw = hello_acked(&mut c, "node-flood", 1).await;
+    let began = std::time::Instant::now();
+    for b in batches {
+        raw.tx.send(b).await.unwrap();
+    }
+    let mut last = 0;
+    while last < 6 {
+        match raw.inbound.message().await.unwrap().and_then(|m| m.message) {
+            Some(leader_message::Message::Ack(a)) => last = a.sequence,
+            other => panic!("expected acks, got {other:?}"),
+        }
+    }
+    let least = Duration::from_secs_f64((sent - (128 << 10)) as f64 / f64::from(1 << 20));
+    assert!(
+        began.elapsed() >= least,
+        "{sent} bytes acked in {:?}, sooner than the budget's {least:?}",
+        began.elapsed()
+    );
+    assert!(gauge(&l.metrics, "leader_paced_batches_total") >= 4);
+
+    // The same agent again, deep in debt (5 MB at 1 MiB/s is some 5 s), while another
+    // agent sends a batch: the other is decoded and acked at once, well before the
+    // debtor's last ack.
+    let mut raw = hello_acked(&mut c, "node-flood", 1).await;
+    for b in string_batches(50) {
+        raw.tx.send(b).await.unwrap();
+    }
+    eventually("the debtor is paced", || {
+        gauge(&l.metrics, "leader_paced_batches_total") >= 6
+    })
+    .await;
+    // Another node: a connection of its own, as every agent has.
+    let mut other = hello_acked(&mut client_from(l.address, 3).await, "node-quiet", 1).await;
+    other.tx.send(string_batches(1).remove(0)).await.unwrap();
+    let ack = other
+        .inbound
+        .message()
+        .await
+        .unwrap()
+        .and_then(|m| m.message);
+    assert!(matches!(ack, Some(leader_message::Message::Ack(a)) if a.sequence == 1));
+    // The debtor's acks so far (those already here; none is awaited).
+    let mut debtor_acked = 0;
+    while let Ok(Ok(Some(_))) =
+        tokio::time::timeout(Duration::from_millis(1), raw.inbound.message()).await
+    {
+        debtor_acked += 1;
+    }
+    assert!(
+        debtor_acked < 50,
+        "the debtor was done first: it was not paced"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,7 +35,7 @@ use ne_leader::offline::learn::learn;
 use ne_leader::output::write_proposals;
 use ne_proto::ingest::ingest_client::IngestClient;
 use ne_proto::ingest::{AgentMessage, Hello, agent_message, leader_message};
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
 
 const AGENT_SA: &str = "network-enforcer-agent";
 
@@ -210,11 +210,7 @@ async fn a_pod_bound_token_streams_only_as_its_own_node() {
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(service.into_server())
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
+    let server = tokio::spawn(service.serve(listener));
 
     let other_node = say_hello(address, &bound, "worker-2", "worker-2")
         .await

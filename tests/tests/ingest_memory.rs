@@ -13,7 +13,7 @@ use ne_proto::ingest::ingest_client::IngestClient;
 use ne_proto::ingest::{AgentMessage, Batch, Hello, agent_message, leader_message};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
 
 #[global_allocator]
 static ALLOCATOR: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
@@ -48,11 +48,7 @@ async fn millions_of_interned_strings_stay_within_the_tables_budget() {
         max_streams_per_address: 100,
         ..IngestLimits::default()
     });
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(service.into_server())
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
+    tokio::spawn(service.serve(listener));
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
         .unwrap()
         .connect()

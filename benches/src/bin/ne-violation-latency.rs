@@ -37,7 +37,6 @@ use ne_node_agent::ship::{self, ShipConfig};
 use ne_node_agent::sources::SourceState;
 use ne_policy::resolve::RecordOnly;
 use serde_json::json;
-use tokio_stream::wrappers::TcpListenerStream;
 
 #[derive(Debug, Parser)]
 #[command(name = "ne-violation-latency")]
@@ -151,11 +150,7 @@ async fn main() -> anyhow::Result<()> {
         max_streams_per_address: usize::MAX,
         ..IngestLimits::default()
     });
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(service.into_server())
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
+    tokio::spawn(service.serve(listener));
 
     // One agent: its table and shipper.
     let table = Arc::new(FlowTable::new(1 << 22));

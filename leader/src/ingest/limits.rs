@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use ne_delta::Limits;
 
-/// The ingest limits (the `--max-agent-*`, `--max-message-bytes`, `--max-stream-table-bytes`
-/// and `--ack-timeout` flags).
+/// The ingest limits (the `--max-agent-*`, `--max-message-bytes`, `--max-stream-table-bytes`,
+/// `--agent-bytes-per-second`, `--agent-burst-bytes` and `--ack-timeout` flags).
 ///
 /// Memory of the ingest side, at most: `max_streams` × `max_message_bytes` of messages
 /// being received, plus `table_bytes` of per-stream tables, plus `decoding` decoded
@@ -35,10 +35,20 @@ pub struct IngestLimits {
     pub table_bytes: usize,
     /// Batches decoded and applied at once, over all streams.
     pub decoding: usize,
+    /// Batch bytes per second each agent may send before its stream is paced.
+    pub agent_bytes_per_second: u64,
+    /// Batch bytes an agent may send at once after a quiet spell (a snapshot).
+    pub agent_burst_bytes: u64,
+    /// How long an address that sent a message over `max_message_bytes` has its
+    /// connections closed; twice as long at each further offence, up to 64 times this.
+    pub cooldown: Duration,
 }
 
 impl Default for IngestLimits {
     /// Sized for the largest clusters Kubernetes supports (5 000 nodes, one agent each).
+    /// An agent's budget, 1 MiB/s after a 32 MiB burst, is some ten times what a node of
+    /// 5 000 new edges a second ships, and the burst holds a snapshot of several hundred
+    /// thousand edges.
     fn default() -> Self {
         IngestLimits {
             max_streams: 10_000,
@@ -50,6 +60,9 @@ impl Default for IngestLimits {
             tables: Limits::default(),
             table_bytes: 512 << 20,
             decoding: 4,
+            agent_bytes_per_second: 1 << 20,
+            agent_burst_bytes: 32 << 20,
+            cooldown: Duration::from_secs(1),
         }
     }
 }

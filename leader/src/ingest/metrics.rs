@@ -7,6 +7,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
 
 /// Label set `{reason}` of refused streams.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -47,6 +48,14 @@ pub struct LeaderMetrics {
     pub denied_edges: Gauge,
     /// Distinct audit / dry-run denied edges held (monitor-mode observations).
     pub audit_edges: Gauge,
+    /// Batches held because their agent was over its budget.
+    pub paced_batches: Counter,
+    /// Time those batches were held, in seconds.
+    pub paced_seconds: Counter<f64, AtomicU64>,
+    /// Oversize messages that put their address in a cooldown.
+    pub cooldowns: Counter,
+    /// Connections closed as accepted, their address cooling down.
+    pub connections_refused: Counter,
 }
 
 impl Default for LeaderMetrics {
@@ -69,6 +78,10 @@ impl Default for LeaderMetrics {
             edges: Gauge::default(),
             denied_edges: Gauge::default(),
             audit_edges: Gauge::default(),
+            paced_batches: Counter::default(),
+            paced_seconds: Counter::default(),
+            cooldowns: Counter::default(),
+            connections_refused: Counter::default(),
         }
     }
 }
@@ -114,6 +127,21 @@ impl LeaderMetrics {
                 "Batches rejected (the stream then ends)",
                 &self.rejects_sent,
             ),
+            (
+                "leader_paced_batches",
+                "Batches held because their agent was over its budget of bytes per second",
+                &self.paced_batches,
+            ),
+            (
+                "leader_address_cooldowns",
+                "Oversize messages that made their address cool down (its connections closed)",
+                &self.cooldowns,
+            ),
+            (
+                "leader_connections_refused",
+                "Agent connections closed as accepted, their address cooling down",
+                &self.connections_refused,
+            ),
         ] {
             r.register(name, help, counter.clone());
         }
@@ -124,7 +152,7 @@ impl LeaderMetrics {
         );
         r.register(
             "leader_streams_ended",
-            "Agent streams ended after their hello, by reason (closed, gone, transport, lost_lease, shutting_down, out_of_sequence, bad_message, bad_batch, table_limit, table_budget, message_too_large, ack_timeout)",
+            "Agent streams ended after their hello, by reason (closed, gone, transport, lost_lease, shutting_down, internal, out_of_sequence, bad_message, bad_batch, table_limit, table_budget, message_too_large, ack_timeout)",
             self.streams_ended.clone(),
         );
         r.register_with_unit(
@@ -143,6 +171,12 @@ impl LeaderMetrics {
             "Time from the newest flow of a batch to the batch's arrival at the leader",
             Unit::Seconds,
             self.ingest_lag.clone(),
+        );
+        r.register_with_unit(
+            "leader_paced",
+            "Time batches were held because their agent was over its budget of bytes per second",
+            Unit::Seconds,
+            self.paced_seconds.clone(),
         );
         r.register(
             "leader_edges",

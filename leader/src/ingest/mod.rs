@@ -22,8 +22,14 @@
 //! of every stream together (a shared [`TableBudget`]), rows per batch, batches decoded at
 //! once, and how long an ack may wait for an agent that does not read. Every refusal and
 //! every stream's end is counted by reason (`leader_streams_refused`,
-//! `leader_streams_ended`).
+//! `leader_streams_ended`). Two bounds keep one agent from slowing the others: each agent
+//! has a budget of batch bytes per second (module `budget`; past it, its stream is paced),
+//! and an address that sends a message over the size limit cools down, its connections
+//! closed (module `cooldown`).
 
+mod budget;
+mod bulk;
+mod cooldown;
 mod limits;
 mod metrics;
 mod owner;
@@ -32,12 +38,16 @@ use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use ne_delta::{Decoder, DeltaError, TableBudget};
 use ne_proto::ingest::ingest_server::Ingest;
 use ne_proto::ingest::{Ack, AgentMessage, LeaderMessage, Reject, agent_message, leader_message};
 
 use crate::auth::Authenticator;
+use budget::AgentBudgets;
+use bulk::Bulk;
+use cooldown::{Connection, Cooldowns};
 use ne_policy::index::{AgentId, Hello};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
@@ -45,7 +55,7 @@ use tonic::{Code, Request, Response, Status, Streaming};
 
 pub use limits::IngestLimits;
 pub use metrics::LeaderMetrics;
-pub use ne_proto::ingest::ingest_server::IngestServer;
+use ne_proto::ingest::ingest_server::IngestServer;
 pub use owner::{IndexClosed, IndexHandle, Indexes, Merged};
 
 /// Whether this replica may accept streams (it holds the Lease). Kept behind a trait so
@@ -83,6 +93,12 @@ pub struct IngestService<L> {
     budget: Arc<TableBudget>,
     /// One permit per batch being decoded and applied.
     decoding: Arc<Semaphore>,
+    /// Each agent's budget of batch bytes.
+    budgets: Arc<AgentBudgets>,
+    /// Addresses that sent oversize messages.
+    cooldowns: Arc<Cooldowns>,
+    /// Threads for large batches and tables.
+    bulk: Arc<Bulk>,
 }
 
 impl<L: std::fmt::Debug> std::fmt::Debug for IngestService<L> {
@@ -117,6 +133,9 @@ impl<L: Leadership> IngestService<L> {
             per_address: Arc::default(),
             budget: Arc::new(TableBudget::new(0)),
             decoding: Arc::new(Semaphore::new(0)),
+            budgets: Arc::new(AgentBudgets::new(0, 0, 0)),
+            cooldowns: Arc::new(Cooldowns::new(Duration::ZERO)),
+            bulk: Bulk::start(0),
         }
         .with_limits(IngestLimits::default())
     }
@@ -131,16 +150,41 @@ impl<L: Leadership> IngestService<L> {
         self.decoding = Arc::new(Semaphore::new(
             limits.decoding.clamp(1, Semaphore::MAX_PERMITS),
         ));
+        self.budgets = Arc::new(AgentBudgets::new(
+            limits.agent_bytes_per_second,
+            limits.agent_burst_bytes,
+            limits.max_agents,
+        ));
+        self.cooldowns = Arc::new(Cooldowns::new(limits.cooldown));
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.bulk = Bulk::start(limits.decoding.clamp(1, cpus));
         self.limits = limits;
         self
     }
 
     /// The gRPC server of this service, with its message size limit.
-    pub fn into_server(self) -> IngestServer<Self> {
+    fn into_server(self) -> IngestServer<Self> {
         let max = self.limits.max_message_bytes;
         IngestServer::new(self)
             .max_decoding_message_size(max)
             .max_encoding_message_size(max)
+    }
+
+    /// Serves this service on `listener` until the future is dropped: connections with
+    /// Nagle's algorithm off (an ack is a few bytes, and held back it would wait for the
+    /// agent's delayed ACK, 40 ms on Linux, at every round trip), and none from an address
+    /// cooling down.
+    pub fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+    ) -> impl std::future::Future<Output = Result<(), tonic::transport::Error>> + Send
+    where
+        L: Clone,
+    {
+        let incoming = incoming(listener, self.cooldowns.clone(), self.metrics.clone());
+        tonic::transport::Server::builder()
+            .add_service(self.into_server())
+            .serve_with_incoming(incoming)
     }
 
     /// A slot among the streams of `address` (none known: always), given back on drop;
@@ -158,6 +202,11 @@ impl<L: Leadership> IngestService<L> {
         Some(AddressSlot(Some((address, self.per_address.clone()))))
     }
 
+    /// `address` sent a message over the size limit: it cools down.
+    fn cool_down(&self, address: Option<IpAddr>) {
+        cool_down(&self.cooldowns, &self.metrics, address);
+    }
+
     fn refuse(&self, reason: &'static str, status: Status) -> Status {
         self.metrics
             .streams_refused
@@ -167,17 +216,30 @@ impl<L: Leadership> IngestService<L> {
     }
 }
 
-/// The connections `listener` accepts, with Nagle's algorithm off: an ack is a few bytes,
-/// and held back until the agent's next segment is acknowledged it would wait for the
-/// peer's delayed ack (40 ms on Linux) on every round trip.
-pub fn incoming(
+/// The connections `listener` accepts, with Nagle's algorithm off; those from an address
+/// cooling down are closed at once and counted.
+fn incoming(
     listener: tokio::net::TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    cooldowns: Arc<Cooldowns>,
+    metrics: Arc<LeaderMetrics>,
+) -> impl tokio_stream::Stream<Item = std::io::Result<Connection>> {
     use tokio_stream::StreamExt;
-    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|accepted| {
-        let stream = accepted?;
-        stream.set_nodelay(true)?;
-        Ok(stream)
+    tokio_stream::wrappers::TcpListenerStream::new(listener).filter_map(move |accepted| {
+        let accepted = accepted.and_then(|stream| {
+            stream.set_nodelay(true)?;
+            Ok(stream)
+        });
+        match accepted {
+            Ok(stream) => {
+                let connection = Connection::accept(stream, cooldowns.clone());
+                if connection.is_none() {
+                    metrics.connections_refused.inc();
+                }
+                connection.map(Ok)
+            }
+            // A failed accept (out of descriptors, say) is the server's to log and retry.
+            Err(error) => Some(Err(error)),
+        }
     })
 }
 
@@ -243,7 +305,10 @@ impl<L: Leadership + Clone> Ingest for IngestService<L> {
             Err(status) => {
                 let (reason, status) = inbound_error(status, self.limits.max_message_bytes);
                 return Err(match reason {
-                    "message_too_large" => self.refuse(reason, status),
+                    "message_too_large" => {
+                        self.cool_down(address);
+                        self.refuse(reason, status)
+                    }
                     _ => status,
                 });
             }
@@ -291,6 +356,10 @@ impl<L: Leadership + Clone> Ingest for IngestService<L> {
             limits: self.limits.clone(),
             budget: self.budget.clone(),
             decoding: self.decoding.clone(),
+            budgets: self.budgets.clone(),
+            cooldowns: self.cooldowns.clone(),
+            bulk: self.bulk.clone(),
+            address,
             _permits: (stream_permit, address_slot),
             tx,
         };
@@ -331,6 +400,11 @@ struct Session<L> {
     limits: IngestLimits,
     budget: Arc<TableBudget>,
     decoding: Arc<Semaphore>,
+    budgets: Arc<AgentBudgets>,
+    cooldowns: Arc<Cooldowns>,
+    bulk: Arc<Bulk>,
+    /// The agent's address, when known.
+    address: Option<IpAddr>,
     /// Held while the stream is open.
     _permits: (OwnedSemaphorePermit, AddressSlot),
     tx: mpsc::Sender<Result<LeaderMessage, Status>>,
@@ -339,9 +413,17 @@ struct Session<L> {
 impl<L: Leadership> Session<L> {
     async fn run(self, mut inbound: Streaming<AgentMessage>) {
         self.metrics.streams_active.inc();
-        let mut decoder = Decoder::with_budget(self.limits.tables, self.budget.clone());
+        let mut decoder = Some(Decoder::with_budget(
+            self.limits.tables,
+            self.budget.clone(),
+        ));
         let end = self.serve(&mut inbound, &mut decoder).await;
-        drop(decoder);
+        if let Some(decoder) = decoder
+            && decoder.table_bytes() >= bulk::LARGE_TABLES
+        {
+            // Millions of strings take tens of milliseconds to free.
+            self.bulk.run(move || drop(decoder)).await;
+        }
         self.metrics
             .stream_table_bytes
             .set(self.budget.used() as i64);
@@ -376,10 +458,11 @@ impl<L: Leadership> Session<L> {
         }
     }
 
+    /// Serves the stream; `decoder` is `None` only after a decode that panicked.
     async fn serve(
         &self,
         inbound: &mut Streaming<AgentMessage>,
-        decoder: &mut Decoder,
+        decoder: &mut Option<Decoder>,
     ) -> Result<(), End> {
         self.ack(0).await?;
         let mut expected = 1u64;
@@ -391,6 +474,9 @@ impl<L: Leadership> Session<L> {
             let message = tokio::select! {
                 message = inbound.message() => message.map_err(|status| {
                     let (reason, status) = inbound_error(status, self.limits.max_message_bytes);
+                    if reason == "message_too_large" {
+                        cool_down(&self.cooldowns, &self.metrics, self.address);
+                    }
                     End::Status(reason, status)
                 })?,
                 _ = check.tick() => {
@@ -415,9 +501,8 @@ impl<L: Leadership> Session<L> {
                 }
             };
             self.metrics.batches_received.inc();
-            self.metrics
-                .batch_bytes_received
-                .inc_by(ne_delta::agent_message_len(&batch) as u64);
+            let bytes = ne_delta::agent_message_len(&batch);
+            self.metrics.batch_bytes_received.inc_by(bytes as u64);
             if batch.sequence != expected {
                 let reason = format!(
                     "batch {} out of sequence, expected {expected}",
@@ -427,6 +512,13 @@ impl<L: Leadership> Session<L> {
                     .reject(batch.sequence, "out_of_sequence", &reason)
                     .await;
             }
+            // An agent past its budget waits here, before its batch costs anything.
+            let wait = self
+                .budgets
+                .charge(&self.agent, bytes, tokio::time::Instant::now());
+            if !wait.is_zero() {
+                self.pace(wait, &mut check).await?;
+            }
             // Few batches are decoded and applied at once: what they hold in memory is
             // bounded, and the index's owner is shared fairly (the semaphore is FIFO).
             let _decoding = self.decoding.acquire().await.map_err(|_| {
@@ -435,7 +527,8 @@ impl<L: Leadership> Session<L> {
                     Status::unavailable("the leader is shutting down"),
                 )
             })?;
-            let decoded = decoder.decode(&batch);
+            let sequence = batch.sequence;
+            let decoded = self.decode(decoder, batch, bytes).await?;
             self.metrics
                 .stream_table_bytes
                 .set(self.budget.used() as i64);
@@ -449,9 +542,7 @@ impl<L: Leadership> Session<L> {
                         | DeltaError::TooManyRows { .. } => "table_limit",
                         _ => "bad_batch",
                     };
-                    return self
-                        .reject(batch.sequence, reason, &error.to_string())
-                        .await;
+                    return self.reject(sequence, reason, &error.to_string()).await;
                 }
             };
             self.metrics.edges_received.inc_by(decoded.len() as u64);
@@ -476,10 +567,60 @@ impl<L: Leadership> Session<L> {
                     )
                 })?;
             drop(_decoding);
-            self.ack(batch.sequence).await?;
+            self.ack(sequence).await?;
             expected += 1;
         }
         Ok(())
+    }
+
+    /// Decodes `batch` (of `bytes`), a large one on a bulk thread.
+    async fn decode(
+        &self,
+        decoder: &mut Option<Decoder>,
+        batch: ne_proto::ingest::Batch,
+        bytes: usize,
+    ) -> Result<Result<ne_delta::DecodedBatch, DeltaError>, End> {
+        let lost = || {
+            End::Status(
+                "internal",
+                Status::internal("the leader failed to decode a batch"),
+            )
+        };
+        let mut taken = decoder.take().ok_or_else(lost)?;
+        if bytes < bulk::LARGE_BATCH {
+            let decoded = taken.decode(&batch);
+            *decoder = Some(taken);
+            return Ok(decoded);
+        }
+        let (taken, decoded) = self
+            .bulk
+            .run(move || {
+                let decoded = taken.decode(&batch);
+                (taken, decoded)
+            })
+            .await
+            .ok_or_else(lost)?;
+        *decoder = Some(taken);
+        Ok(decoded)
+    }
+
+    /// Holds the stream for `wait` (the agent is over its budget), still ending it when
+    /// this replica loses the Lease.
+    async fn pace(&self, wait: Duration, check: &mut tokio::time::Interval) -> Result<(), End> {
+        self.metrics.paced_batches.inc();
+        self.metrics.paced_seconds.inc_by(wait.as_secs_f64());
+        let until = tokio::time::sleep(wait);
+        tokio::pin!(until);
+        loop {
+            tokio::select! {
+                () = &mut until => return Ok(()),
+                _ = check.tick() => {
+                    if !self.leadership.is_leader() {
+                        return Err(self.lost_lease());
+                    }
+                }
+            }
+        }
     }
 
     /// This replica no longer holds the Lease: the stream ends with `UNAVAILABLE`.
@@ -542,6 +683,16 @@ fn inbound_error(status: Status, max_message_bytes: usize) -> (&'static str, Sta
     }
 }
 
+/// `address` (when known) sent a message over the size limit: it cools down, counted and
+/// logged.
+fn cool_down(cooldowns: &Cooldowns, metrics: &LeaderMetrics, address: Option<IpAddr>) {
+    let Some(address) = address else { return };
+    if let Some(cooldown) = cooldowns.offence(address, tokio::time::Instant::now()) {
+        metrics.cooldowns.inc();
+        tracing::warn!(%address, ?cooldown, "an oversize message: the address cools down, its connections closed");
+    }
+}
+
 /// Why a session ended early (with the `leader_streams_ended` reason).
 enum End {
     /// A Reject was sent.
@@ -564,7 +715,19 @@ pub fn leader_epoch() -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::net::{Ipv4Addr, SocketAddr};
+    use std::sync::Arc;
+
     use tokio_stream::StreamExt;
+
+    use super::*;
+
+    /// A connection to `address` from the loopback address `from`.
+    async fn connect_from(from: Ipv4Addr, address: SocketAddr) -> tokio::net::TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::from((from, 0))).unwrap();
+        socket.connect(address).await.unwrap()
+    }
 
     /// Regression: with Nagle's algorithm on, every ack waited for the agent's delayed ACK
     /// (a 2 000-edge snapshot took 44 ms instead of 0.8 ms; BENCHMARKS.md).
@@ -572,9 +735,36 @@ mod tests {
     async fn accepted_connections_send_small_messages_at_once() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        let mut incoming = std::pin::pin!(super::incoming(listener));
+        let metrics = Arc::new(LeaderMetrics::default());
+        let cooldowns = Arc::new(Cooldowns::new(Duration::from_secs(1)));
+        let mut incoming = std::pin::pin!(incoming(listener, cooldowns, metrics));
         let _client = tokio::net::TcpStream::connect(address).await.unwrap();
         let accepted = incoming.next().await.unwrap().unwrap();
         assert!(accepted.nodelay().unwrap());
+    }
+
+    #[tokio::test]
+    async fn connections_from_an_address_cooling_down_are_closed_and_counted() {
+        let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+        let address =
+            SocketAddr::from((Ipv4Addr::LOCALHOST, listener.local_addr().unwrap().port()));
+        let cooldowns = Arc::new(Cooldowns::new(Duration::from_secs(1)));
+        let metrics = Arc::new(LeaderMetrics::default());
+        let mut incoming = std::pin::pin!(incoming(listener, cooldowns.clone(), metrics.clone()));
+        let offender = Ipv4Addr::new(127, 0, 0, 2);
+        cooldowns.offence(offender.into(), tokio::time::Instant::now());
+
+        let mut refused = connect_from(offender, address).await;
+        let _other = connect_from(Ipv4Addr::new(127, 0, 0, 3), address).await;
+        let accepted = incoming.next().await.unwrap().unwrap();
+        assert_eq!(
+            accepted.peer_addr().unwrap().ip(),
+            std::net::IpAddr::from([127, 0, 0, 3])
+        );
+        assert_eq!(metrics.connections_refused.get(), 1);
+        // The offender's connection was closed by the leader: it reads its end.
+        let mut byte = [0u8; 1];
+        let read = tokio::io::AsyncReadExt::read(&mut refused, &mut byte).await;
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
     }
 }

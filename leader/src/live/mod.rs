@@ -74,11 +74,7 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         auth,
     )
     .with_limits(args.ingest_limits());
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(service.into_server())
-            .serve_with_incoming(crate::ingest::incoming(ingest_listener)),
-    );
+    let server = tokio::spawn(service.serve(ingest_listener));
     tracing::info!(%address, "ingest listening");
     let provider = Provider::from(args.provider);
     let options = LearnOptions {

@@ -290,11 +290,7 @@ pub async fn leader(args: RoleArgs) -> anyhow::Result<()> {
         max_streams_per_address: usize::MAX,
         ..IngestLimits::default()
     });
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(service.into_server())
-            .serve_with_incoming(ne_leader::ingest::incoming(listener)),
-    );
+    tokio::spawn(service.serve(listener));
     control::emit(&Report {
         port: Some(port),
         ..Report::default()
