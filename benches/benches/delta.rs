@@ -10,6 +10,12 @@
 //!   edge defined);
 //! - `decode/changed/<n>` and `decode/snapshot/<n>`: the leader reading those batches.
 //!
+//! And with `Throughput::Bytes` = bytes on the wire, the leader's whole cost of a batch
+//! (protobuf, then the decoder on a fresh stream, then dropping it all): `wire/snapshot`,
+//! the 10 000-entry snapshot, and `wire/strings`, a batch of 50 000 new 16-character
+//! strings (a flood of interned strings): what an agent's budget of bytes per second is
+//! worth in CPU.
+//!
 //! Before the timings, the bench prints bytes per entry of both kinds of batches and a
 //! steady-state share: generated Hubble JSON and ztunnel lines ([`ne_benches::generate`])
 //! fed through `LineDecoder` → `FlowTable`, drained and encoded every "interval" of
@@ -272,6 +278,41 @@ fn bench(c: &mut Criterion) {
                 },
                 BatchSize::SmallInput,
             )
+        });
+    }
+    group.finish();
+    wire(c);
+}
+
+/// The leader's cost per byte received: protobuf decoding, the decoder, the drop.
+fn wire(c: &mut Criterion) {
+    use ne_proto::prost::Message;
+    let snapshot: Vec<Vec<u8>> = stream(10_000)
+        .snapshot
+        .iter()
+        .map(Message::encode_to_vec)
+        .collect();
+    let strings = vec![
+        Batch {
+            sequence: 1,
+            strings: (0..50_000u64).map(|i| format!("{i:016}")).collect(),
+            ..Batch::default()
+        }
+        .encode_to_vec(),
+    ];
+    let mut group = c.benchmark_group("delta");
+    for (name, batches) in [("wire/snapshot", &snapshot), ("wire/strings", &strings)] {
+        group.throughput(Throughput::Bytes(
+            batches.iter().map(|b| b.len() as u64).sum(),
+        ));
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let mut decoder = Decoder::new();
+                for bytes in batches {
+                    let batch = Batch::decode(bytes.as_slice()).expect("protobuf");
+                    black_box(decoder.decode(&batch).expect("decodes"));
+                }
+            })
         });
     }
     group.finish();
