@@ -84,7 +84,11 @@ fn all_cases() -> Vec<&'static Case> {
 fn every_object_parses_as_its_kubernetes_type_and_loses_nothing() {
     for case in all_cases() {
         for object in &case.objects {
-            round_trip(object).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            // The prometheus-operator's kinds have no Rust types here: the API server checks
+            // them against the operator's own CRDs (`chart_cluster`).
+            if object["apiVersion"] != "monitoring.coreos.com/v1" {
+                round_trip(object).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            }
             let namespaced = !matches!(
                 object["kind"].as_str(),
                 Some(
@@ -722,6 +726,236 @@ fn exporters_follow_the_collector_strategy() {
             ("secret", "otel-tls", "ca.crt")
         );
         assert_eq!(env_value(container, "OTEL_EXPORTER_OTLP_CLIENT_KEY"), None);
+    }
+}
+
+/// Every sample name the binaries export, as their own registries encode them (`# TYPE`
+/// lines). A labelled family is encoded only once it has a series: those the monitoring
+/// reads get one here (which names nothing: an unregistered family still stays out).
+fn exported_metrics() -> BTreeSet<String> {
+    use ne_leader::controller::metrics as leader;
+    use ne_node_agent::metrics as agent;
+    let agent_metrics = agent::AgentMetrics::default();
+    let source = "hubble";
+    drop(
+        agent_metrics
+            .flows_received
+            .get_or_create(&agent::SourceLabel { source }),
+    );
+    drop(
+        agent_metrics
+            .flows_dropped
+            .get_or_create(&agent::ReasonLabel {
+                reason: agent::DropReason::reply,
+            }),
+    );
+    drop(agent_metrics.lost_events.get_or_create(&agent::LostLabel {
+        source,
+        cause: "hubble_ring_buffer",
+    }));
+    let controller = leader::ControllerMetrics::default();
+    let (kind, verb) = ("WorkloadNetworkPolicy", "patch");
+    drop(
+        controller
+            .api_writes
+            .get_or_create(&leader::WriteLabels { kind, verb }),
+    );
+    drop(
+        controller
+            .reconcile_errors
+            .get_or_create(&leader::ErrorLabels {
+                controller: "policy",
+                error_type: "api",
+            }),
+    );
+    drop(
+        controller
+            .violations_by_namespace
+            .get_or_create(&leader::NamespaceModeLabels {
+                policy_namespace: "shop".into(),
+                mode: "protect",
+            }),
+    );
+    let agent = ne_telemetry::http::Exposition::encode(&agent_metrics);
+    let leader = ne_telemetry::http::prometheus_text(|r| {
+        ne_leader::ingest::LeaderMetrics::default().register(r);
+        controller.register(r);
+        ne_telemetry::logs::LogMetrics::default().register(r);
+    });
+    let mut names = BTreeSet::new();
+    for line in agent.lines().chain(leader.lines()) {
+        let Some(declared) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let (name, kind) = declared.split_once(' ').unwrap();
+        let suffixes: &[&str] = match kind {
+            "counter" => &["_total"],
+            "histogram" => &["_bucket", "_sum", "_count"],
+            _ => &[""],
+        };
+        names.extend(suffixes.iter().map(|s| format!("{name}{s}")));
+    }
+    names
+}
+
+/// The metric names a PromQL expression reads.
+fn metrics_read(expr: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("network_enforcer_") {
+        let name: String = rest[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        rest = &rest[at + name.len()..];
+        names.insert(name);
+    }
+    names
+}
+
+#[test]
+fn monitoring_is_off_by_default_and_reads_only_metrics_the_binaries_export() {
+    for (provider, collector, case) in matrix() {
+        for kind in ["ServiceMonitor", "PrometheusRule"] {
+            assert!(
+                case.objects.iter().all(|o| o["kind"] != kind),
+                "{provider}-{collector}: a {kind} by default"
+            );
+        }
+    }
+    let case = case("cilium-monitoring");
+    let exported = exported_metrics();
+    assert!(exported.contains("network_enforcer_agent_scraper_lag_seconds_bucket"));
+    assert!(exported.contains("network_enforcer_violations_by_namespace_total"));
+
+    // The ServiceMonitor selects the leader's and the agents' metrics Services, and only
+    // them, on the port named in its endpoint.
+    let monitor = case.get("ServiceMonitor", RELEASE);
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus");
+    let wanted = monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap();
+    let port = monitor["spec"]["endpoints"][0]["port"].as_str().unwrap();
+    let selected: BTreeSet<&str> = case
+        .objects
+        .iter()
+        .filter(|o| o["kind"] == "Service")
+        .filter(|s| wanted.iter().all(|(k, v)| &s["metadata"]["labels"][k] == v))
+        .map(|s| {
+            assert_eq!(named_port(s, port), 9090, "{}", describe(s));
+            s["metadata"]["name"].as_str().unwrap()
+        })
+        .collect();
+    let leader_metrics = format!("{RELEASE}-leader-metrics");
+    let agent_metrics = format!("{RELEASE}-agent-metrics");
+    assert_eq!(
+        selected,
+        BTreeSet::from([leader_metrics.as_str(), agent_metrics.as_str()])
+    );
+    // Each Service reaches its component's pods on the port the binary serves /metrics on.
+    for (service, component) in [(&leader_metrics, "leader"), (&agent_metrics, "agent")] {
+        let service = case.get("Service", service);
+        let workload = case
+            .objects
+            .iter()
+            .find(|o| {
+                matches!(o["kind"].as_str(), Some("Deployment" | "DaemonSet"))
+                    && o["metadata"]["name"] == format!("{RELEASE}-{component}")
+            })
+            .unwrap();
+        let template = &workload["spec"]["template"];
+        for (k, v) in service["spec"]["selector"].as_object().unwrap() {
+            assert_eq!(&template["metadata"]["labels"][k], v, "{component}: {k}");
+        }
+        let target = service["spec"]["ports"][0]["targetPort"].as_str().unwrap();
+        let container = only_container(&template["spec"]);
+        assert_eq!(container_port(container, target), 9090);
+        let metrics_address = expanded_args(container)
+            .into_iter()
+            .find_map(|a| a.strip_prefix("--metrics-address=").map(str::to_owned));
+        assert_eq!(
+            metrics_address.as_deref(),
+            Some("0.0.0.0:9090"),
+            "{component}"
+        );
+    }
+
+    // Alerts: the ones the README lists, each reading exported metrics only.
+    let rule = case.get("PrometheusRule", RELEASE);
+    let mut alerts = BTreeSet::new();
+    for r in rule["spec"]["groups"][0]["rules"].as_array().unwrap() {
+        let alert = r["alert"].as_str().unwrap();
+        let read = metrics_read(r["expr"].as_str().unwrap());
+        assert!(!read.is_empty(), "{alert} reads no metric");
+        for name in &read {
+            assert!(
+                exported.contains(name),
+                "{alert} reads {name}, which nothing exports"
+            );
+        }
+        assert!(r["annotations"]["summary"].is_string(), "{alert}");
+        assert!(r["annotations"]["description"].is_string(), "{alert}");
+        alerts.insert(alert.to_owned());
+        if alert == "NetworkEnforcerProtectModeViolations" {
+            assert_eq!(r["labels"]["severity"], "critical");
+        }
+    }
+    assert_eq!(
+        alerts,
+        BTreeSet::from(
+            [
+                "NetworkEnforcerScraperLagHigh",
+                "NetworkEnforcerFlowsLost",
+                "NetworkEnforcerAgentDisconnected",
+                "NetworkEnforcerWriteErrors",
+                "NetworkEnforcerProtectModeViolations",
+            ]
+            .map(str::to_owned)
+        )
+    );
+
+    // The dashboard parses, is labelled for the Grafana sidecar, and every query reads
+    // exported metrics: flows per node, scraper lag, edges, violations, API writes among them.
+    let config_map = case.get("ConfigMap", &format!("{RELEASE}-dashboard"));
+    assert_eq!(config_map["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(
+        config_map["metadata"]["annotations"]["grafana_folder"],
+        "Network"
+    );
+    let dashboard: Value = serde_json::from_str(
+        config_map["data"]["network-enforcer.json"]
+            .as_str()
+            .unwrap(),
+    )
+    .expect("the dashboard is JSON");
+    let mut read = BTreeSet::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let names = metrics_read(target["expr"].as_str().unwrap());
+            assert!(
+                !names.is_empty(),
+                "{}: a query reads no metric",
+                panel["title"]
+            );
+            read.extend(names);
+        }
+    }
+    let unknown: Vec<_> = read.difference(&exported).collect();
+    assert!(
+        unknown.is_empty(),
+        "the dashboard reads metrics nothing exports: {unknown:?}"
+    );
+    for needed in [
+        "network_enforcer_agent_flows_received_total",
+        "network_enforcer_agent_scraper_lag_seconds_bucket",
+        "network_enforcer_agent_edges",
+        "network_enforcer_violations_by_namespace_total",
+        "network_enforcer_leader_api_writes_total",
+    ] {
+        assert!(
+            read.contains(needed),
+            "the dashboard does not show {needed}"
+        );
     }
 }
 

@@ -5,7 +5,9 @@
 //! - Every object of every render (each provider × collector strategy, and the variants) is
 //!   accepted by a server-side dry-run apply with strict field validation, and the server
 //!   keeps every field the chart sets. The chart renders no Istio AuthorizationPolicy (the
-//!   leader creates them), so only the Network Enforcer CRDs are installed first.
+//!   leader creates them), so only the Network Enforcer CRDs are installed first, and the
+//!   prometheus-operator's (ServiceMonitor, PrometheusRule: the operator's own CRD files) for
+//!   the render with monitoring on.
 //! - The admission policy and its binding, applied for real, refuse a proposal whose promote
 //!   label is not a mode, on create and on a label patch (how users promote), and let
 //!   `monitor` and `protect` through.
@@ -159,6 +161,7 @@ impl Drop for Applied {
 async fn every_rendered_object_is_accepted_by_a_server_side_dry_run_apply() {
     let client = cluster::client().await;
     cluster::install_crds(&client).await;
+    cluster::install_monitoring_crds(&client).await;
     // The release namespace exists before anything is applied into it.
     let ns = TempNamespace::new(&client, "ne-chart-dry-run").await;
     let cases = chart_helm::cases();
@@ -174,6 +177,7 @@ async fn every_rendered_object_is_accepted_by_a_server_side_dry_run_apply() {
     let mut kinds = Kinds::default();
     let mut refused = Vec::new();
     let mut accepted = 0;
+    let mut applied = std::collections::BTreeSet::new();
     for (name, values) in &cases {
         let case = render(RELEASE, &ns.name, name, values);
         assert!(!case.objects.is_empty(), "{name}: nothing rendered");
@@ -192,6 +196,7 @@ async fn every_rendered_object_is_accepted_by_a_server_side_dry_run_apply() {
                         refused.push(format!("{what}: the server does not keep `{path}`"));
                     }
                     accepted += 1;
+                    applied.insert(object["kind"].as_str().unwrap_or_default().to_owned());
                 }
                 Err(e) => refused.push(format!("{what}: {e}")),
             }
@@ -207,6 +212,9 @@ async fn every_rendered_object_is_accepted_by_a_server_side_dry_run_apply() {
         accepted >= cases.len() * 15,
         "only {accepted} objects applied"
     );
+    for kind in ["ServiceMonitor", "PrometheusRule"] {
+        assert!(applied.contains(kind), "no {kind} was applied");
+    }
 }
 
 /// A valid proposal (the CRD's own test fixture) named `name`, with promote label `mode`.

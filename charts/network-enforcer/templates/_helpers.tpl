@@ -10,6 +10,8 @@
 {{/* The label the leader sets on its own pod while it holds the Lease; the leader Service
      selects it, so agents always reach the leader. */}}
 {{- define "ne.leaderPodLabel" -}}networkenforcer.kubewarden.io/leader{{- end -}}
+{{/* The label of the Services that expose metrics (the ServiceMonitor selects it). */}}
+{{- define "ne.metricsLabel" -}}networkenforcer.kubewarden.io/metrics{{- end -}}
 {{/* The audience of the agents' projected tokens (ne_leader::auth::AUDIENCE). */}}
 {{- define "ne.tokenAudience" -}}network-enforcer{{- end -}}
 {{- define "ne.tokenDir" -}}/var/run/secrets/network-enforcer{{- end -}}

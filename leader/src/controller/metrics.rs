@@ -32,6 +32,14 @@ pub struct ReasonLabel {
     pub reason: &'static str,
 }
 
+/// `{policy_namespace, mode}` of violation observations.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NamespaceModeLabels {
+    /// Named apart from `namespace`, which scrapers set to the scraped pod's.
+    pub policy_namespace: String,
+    pub mode: &'static str,
+}
+
 /// `{provider, action}` of violation observations.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ViolationLabels {
@@ -60,6 +68,9 @@ pub struct ControllerMetrics {
     /// Flows of violation records (growth of their counts as reported), by provider and
     /// action.
     pub violations_observed: Family<ViolationLabels, Counter>,
+    /// The same flows by the policy's namespace and mode (one series per namespace with a
+    /// violating policy and mode: as many as the cluster has namespaces, at most twice).
+    pub violations_by_namespace: Family<NamespaceModeLabels, Counter>,
     /// Flows of denials and dry-run denials no policy covers.
     pub violations_unattributed: Counter,
     /// Violation log events handed to the exporter, by event name.
@@ -93,6 +104,7 @@ impl Default for ControllerMetrics {
             unexpressible_peers: Family::default(),
             unchecked_peers: Family::default(),
             violations_observed: Family::default(),
+            violations_by_namespace: Family::default(),
             violations_unattributed: Counter::default(),
             violation_events: Family::default(),
             pod_history: Gauge::default(),
@@ -156,6 +168,11 @@ impl ControllerMetrics {
             "violations_observed",
             "Flows that violate a WorkloadNetworkPolicy, as recorded in its status, by provider and action (monitor, protect)",
             self.violations_observed.clone(),
+        );
+        r.register(
+            "violations_by_namespace",
+            "Flows that violate a WorkloadNetworkPolicy, as recorded in its status, by the policy's namespace and mode (monitor, protect)",
+            self.violations_by_namespace.clone(),
         );
         r.register(
             "violations_unattributed",

@@ -258,6 +258,17 @@ pub fn cases() -> Vec<(String, Value)> {
                 "learning": {"excludeNamespaces": ["kube-system", "istio-system"]},
             }),
         ),
+        (
+            "cilium-monitoring",
+            json!({
+                "provider": "cilium",
+                "monitoring": {
+                    "serviceMonitor": {"enabled": true, "labels": {"release": "prometheus"}},
+                    "prometheusRule": {"enabled": true, "labels": {"release": "prometheus"}, "protectViolationSeverity": "critical"},
+                    "dashboard": {"enabled": true, "annotations": {"grafana_folder": "Network"}},
+                },
+            }),
+        ),
     ];
     cases.extend(variants.map(|(name, values)| (name.to_owned(), values)));
     cases
@@ -272,6 +283,11 @@ pub fn rejections() -> Vec<(&'static str, Value, &'static str)> {
             "unknown-provider",
             json!({"provider": "flannel"}),
             "provider",
+        ),
+        (
+            "alert-severity-not-known",
+            json!({"provider": "cilium", "monitoring": {"prometheusRule": {"enabled": true, "protectViolationSeverity": "page"}}}),
+            "protectViolationSeverity",
         ),
         (
             "unknown-top-level-key",

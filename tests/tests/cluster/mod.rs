@@ -443,16 +443,45 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
         .sum()
 }
 
-/// The `kubectl` binary of the project's control plane, built when it is not up to date.
-pub fn kubectl_binary() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
+/// What `tests/control-plane/build` made (run first, once per process: in seconds when all
+/// is up to date).
+pub fn control_plane_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
         control_plane("build", &[]);
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
         std::env::var_os("NE_CONTROL_PLANE_DIR")
             .map_or_else(|| manifest.join("../target/control-plane"), PathBuf::from)
-            .join("bin/kubectl")
     })
+}
+
+/// The `kubectl` binary of the project's control plane, built when it is not up to date.
+pub fn kubectl_binary() -> PathBuf {
+    control_plane_dir().join("bin/kubectl")
+}
+
+/// Installs the prometheus-operator's ServiceMonitor and PrometheusRule CRDs (the
+/// operator's own files, which `tests/control-plane/build` downloads) and waits until
+/// they are served.
+pub async fn install_monitoring_crds(client: &Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for kind in ["servicemonitors", "prometheusrules"] {
+        let path = control_plane_dir().join(format!("crds/monitoring.coreos.com_{kind}.yaml"));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let crd: CustomResourceDefinition =
+            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let name = crd.metadata.name.clone().unwrap();
+        api.patch(
+            &name,
+            &PatchParams::apply("ne-e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        established(client, &name).await;
+    }
 }
 
 /// `kubectl` of the project's control plane (`tests/control-plane/build` makes it, in seconds

@@ -5,7 +5,7 @@ use ne_crds::{AcknowledgedViolation, Mode, ViolationRecord};
 use ne_flow::edge::Provider;
 use ne_telemetry::logs::LogSender;
 
-use super::super::metrics::{ControllerMetrics, EventLabel, ViolationLabels};
+use super::super::metrics::{ControllerMetrics, EventLabel, NamespaceModeLabels, ViolationLabels};
 use super::ObjectKey;
 use crate::violations::events::{self, Reported};
 
@@ -55,13 +55,21 @@ impl ViolationEvents {
             if !self.observed.news(&id, r.count) {
                 continue;
             }
+            let flows = u64::try_from(r.count - before).unwrap_or(0);
             metrics
                 .violations_observed
                 .get_or_create(&ViolationLabels {
                     provider: self.provider,
                     action: action(r.mode),
                 })
-                .inc_by(u64::try_from(r.count - before).unwrap_or(0));
+                .inc_by(flows);
+            metrics
+                .violations_by_namespace
+                .get_or_create(&NamespaceModeLabels {
+                    policy_namespace: key.namespace.clone(),
+                    mode: action(r.mode),
+                })
+                .inc_by(flows);
             self.emit(events::observed(self.provider, policy, r), metrics);
         }
         for a in acknowledged {

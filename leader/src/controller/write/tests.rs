@@ -16,7 +16,7 @@ use ne_crds::{
 use serde_json::{Value, json};
 
 use super::*;
-use crate::controller::metrics::ViolationLabels;
+use crate::controller::metrics::{NamespaceModeLabels, ViolationLabels};
 use crate::controller::plan::{Action, Event, ObjectKey, Plan};
 use ne_flow::edge::Provider;
 use ne_telemetry::logs::LogSender;
@@ -764,6 +764,20 @@ async fn every_provider_reports_a_record_once_per_change_with_the_same_attribute
                 .get()
         };
         assert_eq!((flows("monitor"), flows("protect")), (5, 1), "{provider:?}");
+        let in_namespace = |mode: &'static str| {
+            metrics
+                .violations_by_namespace
+                .get_or_create(&NamespaceModeLabels {
+                    policy_namespace: "shop".to_owned(),
+                    mode,
+                })
+                .get()
+        };
+        assert_eq!(
+            (in_namespace("monitor"), in_namespace("protect")),
+            (5, 1),
+            "{provider:?}"
+        );
     }
 }
 
