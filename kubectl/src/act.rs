@@ -108,7 +108,7 @@ const PROPOSALS: &str = "workloadnetworkpolicyproposals";
 const POLICIES: &str = "workloadnetworkpolicies";
 
 /// The object, or an error that says how to find the right name.
-fn found<K: Resource>(
+pub(crate) fn found<K: Resource>(
     got: Result<Option<K>, kube::Error>,
     what: &str,
     resource: &str,

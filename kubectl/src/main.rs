@@ -4,8 +4,10 @@
 //! making the same label, field and annotation changes a user would make by hand.
 
 mod act;
+mod explain;
 mod status;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
@@ -66,6 +68,17 @@ enum Command {
         /// Why the traffic is expected (kept with the acknowledged record).
         #[arg(long)]
         reason: String,
+    },
+    /// Why a violation record is one: each rule checked, the nearest, and the rule that
+    /// would allow the flow, as YAML to paste.
+    Explain {
+        /// The WorkloadNetworkPolicy.
+        policy: String,
+        /// The record's id (`status.violations[].id`, or an acknowledged one's).
+        id: i64,
+        /// Output format (`json` and `yaml`: the whole explanation, for scripts).
+        #[arg(short, long, value_enum, default_value_t = Output::Table)]
+        output: Output,
     },
     /// Prints a shell completion script.
     Completion {
@@ -156,6 +169,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ids,
             reason,
         } => act::acknowledge(&client, &namespace, &policy, &ids, &reason).await,
+        Command::Explain { policy, id, output } => {
+            let explanation = explain::fetch(&client, &namespace, &policy, id).await?;
+            let mut out = std::io::stdout().lock();
+            match output {
+                Output::Table => explain::write_text(&mut out, &explanation)?,
+                Output::Json => {
+                    serde_json::to_writer_pretty(&mut out, &explanation)?;
+                    writeln!(out)?;
+                }
+                Output::Yaml => write!(out, "{}", serde_saphyr::to_string(&explanation)?)?,
+            }
+            Ok(())
+        }
         Command::Completion { .. } => unreachable!("handled before connecting"),
     }
 }
@@ -181,6 +207,7 @@ mod tests {
             "protect",
             "monitor",
             "ack",
+            "explain",
             "completion",
         ] {
             assert!(script.contains(command), "{command}");

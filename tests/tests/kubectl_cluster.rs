@@ -5,6 +5,9 @@
 //!   table and as JSON, in one namespace and in all;
 //! - `promote`, `protect`, `monitor` and `ack` make the label, field and annotation changes,
 //!   and refuse an unknown object or violation id before writing anything;
+//! - `explain` judges each rule of a policy against a record, and the rule it prints, pasted
+//!   into the policy, allows the flow; a user who may not read the peer is told what is
+//!   missing;
 //! - a user whose RBAC allows nothing gets a message that says so.
 
 mod cluster;
@@ -362,14 +365,11 @@ async fn promote_protect_monitor_and_ack_write_what_a_user_would() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_user_without_rights_is_told_so() {
-    let client = client().await;
-    install_crds(&client).await;
-    let ns = TempNamespace::new(&client, "ne-kubectl-rbac").await;
-    objects(&client, &ns.name).await;
-    service_account(&client, &ns.name, "nobody").await;
-    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns.name);
+/// A kubeconfig for the cluster under test with a token of ServiceAccount `ns/name` (made
+/// if missing) instead of the admin's certificate.
+async fn kubeconfig_of(client: &Client, ns: &str, name: &str) -> std::path::PathBuf {
+    service_account(client, ns, name).await;
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
     let request = TokenRequest {
         spec: TokenRequestSpec {
             audiences: Vec::new(),
@@ -379,14 +379,12 @@ async fn a_user_without_rights_is_told_so() {
         ..TokenRequest::default()
     };
     let token = api
-        .create_token_request("nobody", &PostParams::default(), &request)
+        .create_token_request(name, &PostParams::default(), &request)
         .await
         .unwrap()
         .status
         .unwrap()
         .token;
-    // The admin kubeconfig with the service account's token instead of the admin's
-    // certificate.
     let mut config =
         kube::config::Kubeconfig::from_yaml(&std::fs::read_to_string(kubeconfig()).unwrap())
             .unwrap();
@@ -397,9 +395,164 @@ async fn a_user_without_rights_is_told_so() {
             ..Default::default()
         };
     }
-    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("nobody-{}", ns.name));
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{ns}"));
     std::fs::write(&path, serde_json::to_string(&config).unwrap()).unwrap();
+    path
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_judges_each_rule_and_its_rule_to_add_allows_the_flow() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TempNamespace::new(&client, "ne-kubectl-explain").await;
+    objects(&client, &ns.name).await;
+    let n = ns.name.as_str();
+    // The peer of the records: Deployment web, whose selector is narrower than its pods'
+    // labels.
+    let web: Deployment = object(json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web", "tier": "front"}},
+                "spec": {"containers": [{"name": "web", "image": "web:1"}]},
+            },
+        },
+    }));
+    Api::<Deployment>::namespaced(client.clone(), n)
+        .create(&PostParams::default(), &web)
+        .await
+        .unwrap();
+    // The policy admits web's pods on 8080 only: record 1 (TCP 9090) is PortNotAllowed.
+    let policies: Api<WorkloadNetworkPolicy> = Api::namespaced(client.clone(), n);
+    let rule_for_web = json!({
+        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}},
+                  "podSelector": {"matchLabels": {"tier": "front"}}}],
+        "ports": [{"protocol": "TCP", "port": 8080}],
+    });
+    let set_rules = |rules: Value| {
+        let policies = policies.clone();
+        async move {
+            policies
+                .patch(
+                    "deployment-api-ingress",
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"spec": {"kubernetes": {"ingress": rules}}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set_rules(json!([rule_for_web])).await;
+
+    let text = ok(plugin(
+        kubeconfig(),
+        &["explain", "deployment-api-ingress", "1", "-n", n],
+    ));
+    assert!(text.contains("reason: PortNotAllowed"), "{text}");
+    assert!(
+        text.contains("[0] peer: yes  port: no   protocol: -    <- nearest: same peer, other port"),
+        "{text}"
+    );
+    assert!(
+        text.contains("To allow it, add this rule to spec.kubernetes.ingress:"),
+        "{text}"
+    );
+    let json: Value = serde_json::from_str(&ok(plugin(
+        kubeconfig(),
+        &[
+            "explain",
+            "deployment-api-ingress",
+            "1",
+            "-n",
+            n,
+            "-o",
+            "json",
+        ],
+    )))
+    .unwrap();
+    let rule = json["ruleToAdd"].clone();
+    // Web's pods by web's own selector, in web's namespace, on the record's port.
+    assert_eq!(
+        rule["from"][0]["podSelector"],
+        json!({"matchLabels": {"app": "web"}})
+    );
+    assert_eq!(rule["ports"], json!([{"protocol": "TCP", "port": 9090}]));
+    assert_eq!(json["decision"], "PortNotAllowed");
+
+    // Pasted into the policy, the rule allows the flow (the leader's engine says so).
+    set_rules(json!([rule_for_web, rule])).await;
+    let json: Value = serde_json::from_str(&ok(plugin(
+        kubeconfig(),
+        &[
+            "explain",
+            "deployment-api-ingress",
+            "1",
+            "-n",
+            n,
+            "-o",
+            "json",
+        ],
+    )))
+    .unwrap();
+    assert_eq!(json["decision"], "Allowed by rule 1");
+
+    // An unknown id is refused with the ones there are.
+    let unknown = failed(plugin(
+        kubeconfig(),
+        &["explain", "deployment-api-ingress", "7", "-n", n],
+    ));
+    assert!(
+        unknown.contains("no violation record 7 (active: 2, 1)"),
+        "{unknown}"
+    );
+
+    // A user who may read the policy but not the peer's Deployment nor the namespace: the
+    // explanation still comes, saying what it could not read.
+    let role: Role = object(json!({
+        "metadata": {"name": "wnp-reader"},
+        "rules": [{"apiGroups": ["networkenforcer.kubewarden.io"],
+                   "resources": ["workloadnetworkpolicies"], "verbs": ["get"]}],
+    }));
+    Api::<Role>::namespaced(client.clone(), n)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding: RoleBinding = object(json!({
+        "metadata": {"name": "wnp-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "wnp-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": n}],
+    }));
+    Api::<RoleBinding>::namespaced(client.clone(), n)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let reader = kubeconfig_of(&client, n, "reader").await;
+    let text = ok(plugin(
+        &reader,
+        &["explain", "deployment-api-ingress", "2", "-n", n],
+    ));
+    assert!(
+        text.contains(&format!("cannot read Deployment {n}/web (forbidden)")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("cannot read namespace {n} (forbidden)")),
+        "{text}"
+    );
+    assert!(text.contains("narrow its podSelector"), "{text}");
+    let _ = std::fs::remove_file(&reader);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_rights_is_told_so() {
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TempNamespace::new(&client, "ne-kubectl-rbac").await;
+    objects(&client, &ns.name).await;
+    let path = kubeconfig_of(&client, &ns.name, "nobody").await;
     let listing = failed(plugin(&path, &["status", "-n", &ns.name]));
     assert!(
         listing.contains("your permissions do not allow you to list"),
