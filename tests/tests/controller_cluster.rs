@@ -296,6 +296,27 @@ impl Setup {
         .await;
     }
 
+    /// Waits for the policy's `ProtectSafe` condition to have `status` and `reason`;
+    /// returns it.
+    async fn protect_safe(
+        &self,
+        name: &str,
+        status: &str,
+        reason: &str,
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        eventually(
+            &format!("policy {name} ProtectSafe {status} ({reason})"),
+            || async {
+                let w = self.policies().get(name).await.ok()?;
+                w.status?
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == "ProtectSafe" && c.status == status && c.reason == reason)
+            },
+        )
+        .await
+    }
+
     /// Waits for the policy's `Quiet` condition to have `status` and `reason`; returns it.
     async fn quiet(
         &self,
@@ -421,9 +442,34 @@ async fn the_seed_workflow_with_network_policies() {
     s.promoted_event(name).await;
     s.ready(name, "Monitoring").await;
 
+    // Before protect: nothing known would break, until a hand-written NetworkPolicy selects
+    // the same pods; deleted, the condition clears.
+    s.protect_safe(name, "True", "NoKnownHazard").await;
+    let policies: Api<NetworkPolicy> = Api::namespaced(s.client.clone(), &s.app.name);
+    let theirs: NetworkPolicy = serde_json::from_value(json!({
+        "metadata": {"name": "allow-scrapes"},
+        "spec": {"podSelector": {"matchLabels": {"app": "api"}}, "policyTypes": ["Ingress"],
+                 "ingress": [{"ports": [{"protocol": "TCP", "port": 9090}]}]},
+    }))
+    .unwrap();
+    policies
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    let overlap = s.protect_safe(name, "False", "OtherPolicies").await;
+    assert!(
+        overlap.message.contains("NetworkPolicy allow-scrapes"),
+        "{}",
+        overlap.message
+    );
+    policies
+        .delete("allow-scrapes", &DeleteParams::default())
+        .await
+        .unwrap();
+    s.protect_safe(name, "True", "NoKnownHazard").await;
+
     s.set_mode(name, "protect").await;
     let policy_uid = policy.metadata.uid.clone().unwrap();
-    let policies: Api<NetworkPolicy> = Api::namespaced(s.client.clone(), &s.app.name);
     let native = eventually("the NetworkPolicy", || async {
         policies.get_opt(name).await.ok()?
     })

@@ -245,6 +245,7 @@ async fn main() -> anyhow::Result<()> {
                     authorization_policies: None,
                     observations: &detected.observations,
                     rule_issues: &BTreeMap::new(),
+                    safety: &Default::default(),
                     now: &now,
                 };
                 let planned = plan::plan(&world, &plan_config);

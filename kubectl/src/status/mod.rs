@@ -116,7 +116,7 @@ fn warnings(conditions: &[Condition]) -> Vec<String> {
     conditions
         .iter()
         .filter(|c| match c.type_.as_str() {
-            "PeersResolved" => c.status == "False",
+            "PeersResolved" | "ProtectSafe" => c.status == "False",
             "NativePolicyConflict" | "SharedIdentity" => c.status == "True",
             _ => false,
         })

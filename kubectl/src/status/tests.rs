@@ -86,13 +86,16 @@ fn only_conditions_that_need_attention_are_warnings() {
         condition("SharedIdentity", "True", "SharedServiceAccount"),
         condition("SharedIdentity", "False", "UniqueServiceAccount"),
         condition("Quiet", "False", "ActiveViolations"),
+        condition("ProtectSafe", "True", "NoKnownHazard"),
+        condition("ProtectSafe", "False", "NoDns"),
     ];
     assert_eq!(
         warnings(&conditions),
         [
             "PeersResolved=InvalidRule",
             "NativePolicyConflict=NotControlled",
-            "SharedIdentity=SharedServiceAccount"
+            "SharedIdentity=SharedServiceAccount",
+            "ProtectSafe=NoDns"
         ]
     );
 }

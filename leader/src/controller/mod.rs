@@ -20,6 +20,7 @@ mod history;
 pub mod metrics;
 pub mod plan;
 mod rules;
+pub mod safety;
 pub mod state;
 mod unattributed;
 pub mod write;
@@ -185,7 +186,13 @@ impl Controller {
         let rule_issues = self
             .rules
             .check(&policies, &cluster.snapshot, cluster.generation);
-        let plan = self.plan(&learned, &policies, &detected, &rule_issues);
+        let proposals = owned(&self.stores.proposals);
+        let safety = safety::facts(
+            &policies,
+            proposals.iter().chain(&learned.proposals),
+            &cluster.snapshot,
+        );
+        let plan = self.plan(&learned, &policies, &detected, &rule_issues, &safety);
         let outcome = self.write(plan, leader).await;
         self.resolver = Some(cluster);
         self.metrics
@@ -306,6 +313,7 @@ impl Controller {
         policies: &[WorkloadNetworkPolicy],
         detected: &Detected,
         rule_issues: &BTreeMap<(String, String), plan::RuleIssues>,
+        safety: &safety::Safety,
     ) -> Plan {
         let workloads = self.stores.workloads();
         let proposals = owned(&self.stores.proposals);
@@ -321,6 +329,7 @@ impl Controller {
             authorization_policies: authorization_policies.as_deref(),
             observations: &detected.observations,
             rule_issues,
+            safety,
             now: &now,
         };
         let plan = plan::plan(&world, &self.config);

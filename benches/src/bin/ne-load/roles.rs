@@ -233,6 +233,7 @@ impl Flusher {
             authorization_policies: None,
             observations: &BTreeMap::new(),
             rule_issues: &BTreeMap::new(),
+            safety: &Default::default(),
             now: &now,
         };
         let plan = plan::plan(&world, &self.config);

@@ -14,6 +14,7 @@ mod conditions;
 mod merge;
 mod native;
 mod proposals;
+pub mod safety;
 #[cfg(test)]
 mod tests;
 mod violations;
@@ -87,6 +88,9 @@ pub struct World<'a> {
     /// What is wrong with each policy's rules, by policy `(namespace, name)`
     /// ([`crate::controller::rules`]); a policy without an entry has nothing wrong.
     pub rule_issues: &'a BTreeMap<(String, String), RuleIssues>,
+    /// What the cluster's pods say of each policy's safety in protect mode, by policy
+    /// `(namespace, name)` ([`crate::controller::safety`]).
+    pub safety: &'a crate::controller::safety::Safety,
     pub now: &'a Time,
 }
 

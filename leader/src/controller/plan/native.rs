@@ -347,6 +347,7 @@ fn conditions(w: &WorkloadNetworkPolicy, native: Native, world: &World<'_>, plan
         }));
     }
     let quiet = quiet_condition(w.status.as_ref());
+    let safe = super::safety::protect_safe(super::safety::Subject::policy(w, world), world);
     let desired = vec![
         set_condition(
             existing, "Ready", ready, reason, message, world.now, generation,
@@ -371,6 +372,15 @@ fn conditions(w: &WorkloadNetworkPolicy, native: Native, world: &World<'_>, plan
         ),
         set_condition(
             existing, "Quiet", quiet.0, quiet.1, quiet.2, world.now, generation,
+        ),
+        set_condition(
+            existing,
+            "ProtectSafe",
+            safe.0,
+            safe.1,
+            safe.2,
+            world.now,
+            generation,
         ),
     ];
 

@@ -192,6 +192,22 @@ fn desired_proposal(
     // The writer updates an object it knows (its uid is a precondition) and creates one it
     // does not (never taking over an object that appeared meanwhile).
     object.metadata.uid = base.and_then(|b| b.metadata.uid.clone());
+    let safe = super::safety::protect_safe(super::safety::Subject::proposal(&object, world), world);
+    if let Some(status) = object.status.as_mut() {
+        let condition = set_condition(
+            &base
+                .and_then(|b| b.status.as_ref())
+                .map(|s| s.conditions.clone())
+                .unwrap_or_default(),
+            "ProtectSafe",
+            safe.0,
+            safe.1,
+            safe.2,
+            world.now,
+            None,
+        );
+        status.conditions.push(condition);
+    }
     object
 }
 

@@ -172,6 +172,7 @@ struct Case {
     authorization_policies: Option<Vec<AuthorizationPolicy>>,
     observations: BTreeMap<(String, String), Vec<crate::violations::record::Observation>>,
     rule_issues: BTreeMap<(String, String), RuleIssues>,
+    safety: crate::controller::safety::Safety,
     config: Config,
     now: Time,
 }
@@ -199,6 +200,7 @@ impl Case {
             authorization_policies: Some(Vec::new()),
             observations: BTreeMap::new(),
             rule_issues: BTreeMap::new(),
+            safety: Default::default(),
             config: Config {
                 backend: Backend::Kubernetes,
                 excluded_namespaces: BTreeSet::from(["network-enforcer".to_owned()]),
@@ -219,6 +221,7 @@ impl Case {
             authorization_policies: self.authorization_policies.as_deref(),
             observations: &self.observations,
             rule_issues: &self.rule_issues,
+            safety: &self.safety,
             now: &self.now,
         };
         plan(&world, &self.config)
@@ -1327,5 +1330,185 @@ fn violation_records_are_written_before_anything_else_of_the_round() {
     assert!(
         matches!(plan.actions[0], Action::ApplyViolations { .. }),
         "{plan:?}"
+    );
+}
+
+fn protect_safe(case: &Case) -> (String, String, String) {
+    let c = condition(
+        &case.policies[0].status.as_ref().unwrap().conditions,
+        "ProtectSafe",
+    );
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+#[test]
+fn protect_safe_names_what_protect_mode_would_break_and_clears_when_fixed() {
+    use super::safety::facts_for;
+    let mut case = Case::new();
+    case.policies = vec![policy("deployment-api-ingress", "api", Mode::Monitor)];
+    let key = (NS.to_owned(), "deployment-api-ingress".to_owned());
+    case.safety
+        .policies
+        .insert(key.clone(), facts_for(&[("app", "api")]));
+    case.settle();
+    assert_eq!(protect_safe(&case).0, "True", "{:?}", protect_safe(&case));
+
+    // A hand-written NetworkPolicy selects the same pods: they overlap.
+    let mut theirs = NetworkPolicy::default();
+    theirs.metadata.name = Some("allow-monitoring".to_owned());
+    theirs.metadata.namespace = Some(NS.to_owned());
+    theirs.spec = Some(NetworkPolicySpec {
+        pod_selector: Some(selector("api")),
+        policy_types: Some(vec!["Ingress".to_owned()]),
+        ..NetworkPolicySpec::default()
+    });
+    case.network_policies.push(stored(theirs, "uid-theirs"));
+    // One that selects other pods, and one for the other direction, do not count.
+    let mut other_pods = case.network_policies[0].clone();
+    other_pods.metadata.name = Some("db-only".to_owned());
+    other_pods.spec.as_mut().unwrap().pod_selector = Some(selector("db"));
+    let mut egress_only = case.network_policies[0].clone();
+    egress_only.metadata.name = Some("egress-only".to_owned());
+    egress_only.spec.as_mut().unwrap().policy_types = Some(vec!["Egress".to_owned()]);
+    case.network_policies.extend([other_pods, egress_only]);
+    case.settle();
+    let (status, reason, message) = protect_safe(&case);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "OtherPolicies")
+    );
+    assert!(
+        message.contains("NetworkPolicy allow-monitoring"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("db-only") && !message.contains("egress-only"),
+        "{message}"
+    );
+
+    // Its rules emptied by hand as well: every hazard is listed, the first gives the reason.
+    case.policies[0].spec.kubernetes.as_mut().unwrap().ingress = Some(Vec::new());
+    case.settle();
+    let (status, reason, message) = protect_safe(&case);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "DenyAll"));
+    assert!(
+        message.contains("blocks all ingress traffic") && message.contains("allow-monitoring"),
+        "{message}"
+    );
+
+    // Fixed: the condition turns True again.
+    case.network_policies.clear();
+    case.policies[0] = policy("deployment-api-ingress", "api", Mode::Monitor);
+    case.settle();
+    assert_eq!(protect_safe(&case).0, "True");
+}
+
+#[test]
+fn no_dns_is_a_hazard_only_when_the_workload_resolves_names() {
+    use super::safety::facts_for;
+    let mut case = Case::new();
+    let mut w = policy("deployment-api-egress", "api", Mode::Monitor);
+    w.spec.direction = PolicyDirection::Egress;
+    let np = w.spec.kubernetes.as_mut().unwrap();
+    np.policy_types = Some(vec!["Egress".to_owned()]);
+    np.ingress = None;
+    np.egress = Some(vec![
+        k8s_openapi::api::networking::v1::NetworkPolicyEgressRule {
+            to: Some(vec![peer("web")]),
+            ports: Some(vec![tcp(443)]),
+        },
+    ]);
+    case.policies = vec![w];
+    let key = (NS.to_owned(), "deployment-api-egress".to_owned());
+    case.safety.policies.insert(
+        key,
+        crate::controller::safety::SafetyFacts {
+            dns_denied: true,
+            ..facts_for(&[("app", "api")])
+        },
+    );
+    case.settle();
+    assert_eq!(protect_safe(&case).0, "True", "no name was resolved");
+
+    // Learning saw the workload's egress with a peer learned by its DNS name.
+    let mut learned = proposal("api", &[("web", 443, 100, 100, 1)]);
+    learned.spec.direction = PolicyDirection::Egress;
+    learned.status.as_mut().unwrap().peers[0].dns_name = Some("shop.example.com".to_owned());
+    case.learned = vec![learned];
+    case.settle();
+    let (status, reason, message) = protect_safe(&case);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "NoDns"));
+    assert!(message.contains("UDP port 53"), "{message}");
+}
+
+#[test]
+fn a_principal_shared_by_several_workloads_is_a_hazard_and_istio_egress_has_none() {
+    let mut case = Case::new();
+    case.config.backend = Backend::Istio;
+    let p = istio_proposal("api", "cluster.local/ns/shop/sa/default", "8080");
+    let mut w = policy("deployment-api-ingress", "api", Mode::Monitor);
+    w.spec.backend = Backend::Istio;
+    w.spec.kubernetes = None;
+    w.spec.istio = p.spec.istio;
+    case.policies = vec![w];
+    let key = (NS.to_owned(), "deployment-api-ingress".to_owned());
+    case.safety.policies.insert(
+        key,
+        crate::controller::safety::SafetyFacts {
+            shared_principals: vec![
+                "cluster.local/ns/shop/sa/default (Deployment/cron, Deployment/web)".to_owned(),
+            ],
+            ..Default::default()
+        },
+    );
+    case.settle();
+    let (status, reason, message) = protect_safe(&case);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "SharedIdentity")
+    );
+    assert!(
+        message.contains("Deployment/cron, Deployment/web"),
+        "{message}"
+    );
+
+    // ztunnel does not authorize outbound traffic: an Istio egress policy breaks nothing.
+    case.policies[0].spec.direction = PolicyDirection::Egress;
+    case.settle();
+    assert_eq!(protect_safe(&case).0, "True");
+}
+
+#[test]
+fn a_proposal_says_before_promotion_what_protect_mode_would_break() {
+    use super::safety::facts_for;
+    let mut case = Case::new();
+    case.learned = vec![proposal("api", &[("web", 8080, 900, 990, 7)])];
+    // A hand-written NetworkPolicy already selects the api pods.
+    let mut theirs = NetworkPolicy::default();
+    theirs.metadata.name = Some("allow-all-ingress".to_owned());
+    theirs.metadata.namespace = Some(NS.to_owned());
+    theirs.spec = Some(NetworkPolicySpec {
+        pod_selector: Some(LabelSelector::default()),
+        ingress: Some(vec![NetworkPolicyIngressRule::default()]),
+        ..NetworkPolicySpec::default()
+    });
+    case.network_policies.push(stored(theirs, "uid-theirs"));
+    case.safety.proposals.insert(
+        (NS.to_owned(), "deployment-api-ingress".to_owned()),
+        facts_for(&[("app", "api")]),
+    );
+    let plans = case.settle();
+    let Action::ApplyProposal { object, .. } = &plans[0].actions[0] else {
+        panic!("{:?}", plans[0])
+    };
+    let safe = condition(&object.status.as_ref().unwrap().conditions, "ProtectSafe");
+    assert_eq!(
+        (safe.status.as_str(), safe.reason.as_str()),
+        ("False", "OtherPolicies")
+    );
+    assert!(
+        safe.message.contains("NetworkPolicy allow-all-ingress"),
+        "{}",
+        safe.message
     );
 }

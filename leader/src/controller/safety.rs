@@ -1,0 +1,284 @@
+//! What the planner needs from the cluster's pods to tell what protect mode would break
+//! (the `ProtectSafe` condition, `plan/safety.rs`): the labels of each policy's target pods,
+//! whether an egress policy lets them reach the cluster's DNS, and which principals its
+//! rules name that several workloads run as. One pass over the resolver's pods per round.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use ne_crds::{
+    Backend, PolicyDirection, TargetRef, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
+};
+use ne_flow::flow::{Direction, Protocol};
+use ne_policy::eval::{self, FlowView, PeerView, PolicyRef};
+use ne_policy::resolve::{ClusterSnapshot, ResolvedPod};
+
+/// Where the cluster's DNS pods are, and the label they carry (CoreDNS and kube-dns alike).
+pub const DNS_NAMESPACE: &str = "kube-system";
+pub const DNS_LABEL: (&str, &str) = ("k8s-app", "kube-dns");
+
+/// The cluster's side of one policy's safety check.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SafetyFacts {
+    /// The labels of the target's pods (one pod's, or the workload template's); `None`
+    /// when the cluster shows none.
+    pub target_labels: Option<Vec<(String, String)>>,
+    /// An egress policy (Kubernetes backend) that allows UDP port 53 to none of the
+    /// cluster's DNS pods (false when the cluster has none the resolver knows).
+    pub dns_denied: bool,
+    /// Principals the rules name that several workloads run as, each with those workloads.
+    pub shared_principals: Vec<String>,
+}
+
+/// The facts of every policy and every proposal, each by `(namespace, name)`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Safety {
+    pub policies: BTreeMap<(String, String), SafetyFacts>,
+    pub proposals: BTreeMap<(String, String), SafetyFacts>,
+}
+
+/// The facts of `policies` and `proposals` against `cluster` (a proposal named twice: its
+/// first).
+pub fn facts<'p>(
+    policies: &[WorkloadNetworkPolicy],
+    proposals: impl IntoIterator<Item = &'p WorkloadNetworkPolicyProposal>,
+    cluster: &ClusterSnapshot,
+) -> Safety {
+    let mut by_owner: HashMap<(&str, &str, &str), &ResolvedPod> = HashMap::new();
+    let mut dns = Vec::new();
+    let mut by_identity: HashMap<(&str, &str), BTreeSet<String>> = HashMap::new();
+    for pod in cluster.endpoints() {
+        if let Some(owner) = &pod.owner {
+            by_owner
+                .entry((&pod.namespace, owner.kind.as_str(), &owner.name))
+                .or_insert(pod);
+            let account = pod.service_account.as_deref().unwrap_or("default");
+            by_identity
+                .entry((&pod.namespace, account))
+                .or_default()
+                .insert(format!("{}/{}", owner.kind.as_str(), owner.name));
+        }
+        if &*pod.namespace == DNS_NAMESPACE
+            && pod
+                .labels
+                .iter()
+                .any(|(k, v)| &**k == DNS_LABEL.0 && &**v == DNS_LABEL.1)
+        {
+            dns.push(pod);
+        }
+    }
+    let of = |namespace: &str, policy: PolicyRef<'_>, target: &TargetRef| {
+        let kind = format!("{:?}", target.kind);
+        let pod = by_owner.get(&(namespace, kind.as_str(), target.name.as_str()));
+        SafetyFacts {
+            target_labels: pod.map(|p| {
+                p.labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            }),
+            dns_denied: dns_denied(policy, namespace, &dns),
+            shared_principals: shared_principals(policy, &by_identity),
+        }
+    };
+    let key = |meta: &ObjectMeta| {
+        (
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        )
+    };
+    Safety {
+        policies: policies
+            .iter()
+            .map(|w| {
+                let k = key(&w.metadata);
+                let facts = of(&k.0, PolicyRef::from(&w.spec), &w.spec.target_ref);
+                (k, facts)
+            })
+            .collect(),
+        proposals: proposals.into_iter().fold(BTreeMap::new(), |mut out, p| {
+            let k = key(&p.metadata);
+            let namespace = k.0.clone();
+            out.entry(k)
+                .or_insert_with(|| of(&namespace, PolicyRef::from(&p.spec), &p.spec.target_ref));
+            out
+        }),
+    }
+}
+
+/// An egress policy of the Kubernetes backend that lets the target reach none of `dns` on
+/// UDP port 53.
+fn dns_denied(policy: PolicyRef<'_>, namespace: &str, dns: &[&ResolvedPod]) -> bool {
+    if policy.direction != PolicyDirection::Egress
+        || policy.backend != Backend::Kubernetes
+        || dns.is_empty()
+    {
+        return false;
+    }
+    !dns.iter().any(|pod| {
+        let flow = FlowView {
+            direction: Direction::Egress,
+            peer: PeerView::Pod {
+                namespace: &pod.namespace,
+                labels: &pod.labels,
+                namespace_labels: &pod.namespace_labels,
+            },
+            peer_ip: None,
+            peer_identity: None,
+            protocol: Protocol::Udp,
+            port: 53,
+            named_ports: &pod.named_ports,
+        };
+        eval::evaluate(policy, namespace, &flow).is_ok_and(|d| d.is_allowed())
+    })
+}
+
+/// Exact principals (`<trust domain>/ns/<namespace>/sa/<account>`) of the rules that more
+/// than one workload runs as: allowing one allows them all.
+fn shared_principals(
+    policy: PolicyRef<'_>,
+    by_identity: &HashMap<(&str, &str), BTreeSet<String>>,
+) -> Vec<String> {
+    let Some(istio) = policy.istio.filter(|_| policy.backend == Backend::Istio) else {
+        return Vec::new();
+    };
+    let principals: BTreeSet<&str> = istio
+        .rules
+        .iter()
+        .flat_map(|r| &r.from)
+        .flat_map(|f| &f.source.principals)
+        .map(String::as_str)
+        .collect();
+    principals
+        .into_iter()
+        .filter_map(|principal| {
+            let rest = principal.split_once("/ns/")?.1;
+            let (namespace, account) = rest.split_once("/sa/")?;
+            let workloads = by_identity.get(&(namespace, account))?;
+            (workloads.len() > 1).then(|| {
+                format!(
+                    "{principal} ({})",
+                    workloads.iter().cloned().collect::<Vec<_>>().join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment(
+        ns: &str,
+        name: &str,
+        labels: serde_json::Value,
+        account: &str,
+    ) -> serde_json::Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{ns}-{name}")},
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels},
+                             "spec": {"serviceAccountName": account,
+                                      "containers": [{"name": name, "image": "x"}]}},
+            },
+        })
+    }
+
+    fn cluster() -> ClusterSnapshot {
+        let namespace = |n: &str| {
+            json!({"apiVersion": "v1", "kind": "Namespace",
+                   "metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}}})
+        };
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": [
+            namespace("shop"), namespace("kube-system"),
+            deployment("kube-system", "coredns", json!({"k8s-app": "kube-dns"}), "coredns"),
+            deployment("shop", "api", json!({"app": "api", "tier": "back"}), "api"),
+            deployment("shop", "web", json!({"app": "web"}), "shared"),
+            deployment("shop", "cron", json!({"app": "cron"}), "shared"),
+        ]});
+        ClusterSnapshot::from_yaml(&serde_json::to_string(&list).unwrap()).unwrap()
+    }
+
+    fn policy(name: &str, spec: serde_json::Value) -> WorkloadNetworkPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "networkenforcer.kubewarden.io/v1alpha1",
+            "kind": "WorkloadNetworkPolicy",
+            "metadata": {"name": name, "namespace": "shop"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn egress(rules: serde_json::Value) -> serde_json::Value {
+        json!({
+            "backend": "kubernetes", "mode": "monitor", "direction": "Egress",
+            "targetRef": {"kind": "Deployment", "name": "api"},
+            "kubernetes": {"podSelector": {"matchLabels": {"app": "api"}},
+                           "policyTypes": ["Egress"], "egress": rules},
+        })
+    }
+
+    #[test]
+    fn the_target_pods_labels_and_whether_egress_reaches_the_cluster_dns() {
+        let web_only = policy(
+            "no-dns",
+            egress(
+                json!([{"to": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+                           "ports": [{"protocol": "TCP", "port": 443}]}]),
+            ),
+        );
+        let with_dns = policy(
+            "dns",
+            egress(
+                json!([{"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                                   "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                           "ports": [{"protocol": "UDP", "port": 53}]}]),
+            ),
+        );
+        let tcp_dns_only = policy(
+            "tcp-dns",
+            egress(json!([{"to": [{"namespaceSelector": {}}],
+                           "ports": [{"protocol": "TCP", "port": 53}]}])),
+        );
+        let facts = facts(&[web_only, with_dns, tcp_dns_only], [], &cluster());
+        let of = |name: &str| &facts.policies[&("shop".to_owned(), name.to_owned())];
+        assert!(of("no-dns").dns_denied);
+        assert!(!of("dns").dns_denied);
+        assert!(of("tcp-dns").dns_denied, "lookups go over UDP first");
+        let mut labels = of("dns").target_labels.clone().unwrap();
+        labels.sort();
+        assert_eq!(
+            labels,
+            [
+                ("app".to_owned(), "api".to_owned()),
+                ("tier".to_owned(), "back".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn principals_several_workloads_run_as_are_named_with_them() {
+        let w = policy(
+            "ingress",
+            json!({
+                "backend": "istio", "mode": "monitor", "direction": "Ingress",
+                "targetRef": {"kind": "Deployment", "name": "api"},
+                "istio": {"selector": {"matchLabels": {"app": "api"}}, "rules": [
+                    {"from": [{"source": {"principals": [
+                        "cluster.local/ns/shop/sa/shared", "cluster.local/ns/shop/sa/api"]}}]},
+                ]},
+            }),
+        );
+        let facts = facts(&[w], [], &cluster());
+        let f = &facts.policies[&("shop".to_owned(), "ingress".to_owned())];
+        assert_eq!(
+            f.shared_principals,
+            ["cluster.local/ns/shop/sa/shared (Deployment/cron, Deployment/web)"]
+        );
+        assert!(!f.dns_denied, "not an egress policy");
+    }
+}
