@@ -4,6 +4,7 @@
 //! making the same label, field and annotation changes a user would make by hand.
 
 mod act;
+mod diff;
 mod explain;
 mod status;
 
@@ -68,6 +69,15 @@ enum Command {
         /// Why the traffic is expected (kept with the acknowledged record).
         #[arg(long)]
         reason: String,
+    },
+    /// What promoting a proposal (or a policy) changes next to the native policies that
+    /// already select the workload's pods; for a policy, what was seen and not allowed.
+    Diff {
+        /// A proposal or a policy (a proposal first; `wnpp/NAME` or `wnp/NAME` chooses).
+        name: String,
+        /// Output format (`json` and `yaml`: the whole comparison, for scripts).
+        #[arg(short, long, value_enum, default_value_t = Output::Table)]
+        output: Output,
     },
     /// Why a violation record is one: each rule checked, the nearest, and the rule that
     /// would allow the flow, as YAML to paste.
@@ -169,6 +179,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ids,
             reason,
         } => act::acknowledge(&client, &namespace, &policy, &ids, &reason).await,
+        Command::Diff { name, output } => {
+            let d = diff::fetch(&client, &namespace, &name).await?;
+            let mut out = std::io::stdout().lock();
+            match output {
+                Output::Table => diff::write_text(&mut out, &d)?,
+                Output::Json => {
+                    serde_json::to_writer_pretty(&mut out, &d)?;
+                    writeln!(out)?;
+                }
+                Output::Yaml => write!(out, "{}", serde_saphyr::to_string(&d)?)?,
+            }
+            Ok(())
+        }
         Command::Explain { policy, id, output } => {
             let explanation = explain::fetch(&client, &namespace, &policy, id).await?;
             let mut out = std::io::stdout().lock();
@@ -208,6 +231,7 @@ mod tests {
             "monitor",
             "ack",
             "explain",
+            "diff",
             "completion",
         ] {
             assert!(script.contains(command), "{command}");

@@ -8,6 +8,8 @@
 //! - `explain` judges each rule of a policy against a record, and the rule it prints, pasted
 //!   into the policy, allows the flow; a user who may not read the peer is told what is
 //!   missing;
+//! - `diff` tells which of a policy's peers and ports a hand-written NetworkPolicy on the
+//!   same pods already allows, what protect mode removes, and what was seen and not allowed;
 //! - a user whose RBAC allows nothing gets a message that says so.
 
 mod cluster;
@@ -544,6 +546,105 @@ async fn explain_judges_each_rule_and_its_rule_to_add_allows_the_flow() {
     );
     assert!(text.contains("narrow its podSelector"), "{text}");
     let _ = std::fs::remove_file(&reader);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diff_compares_with_the_native_policies_on_the_same_pods() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TempNamespace::new(&client, "ne-kubectl-diff").await;
+    objects(&client, &ns.name).await;
+    let n = ns.name.as_str();
+    let api: Deployment = object(json!({
+        "metadata": {"name": "api"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "api"}},
+            "template": {
+                "metadata": {"labels": {"app": "api"}},
+                "spec": {"containers": [{"name": "api", "image": "api:1"}]},
+            },
+        },
+    }));
+    Api::<Deployment>::namespaced(client.clone(), n)
+        .create(&PostParams::default(), &api)
+        .await
+        .unwrap();
+    let pods = |ns: &str, app: &str| {
+        json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+               "podSelector": {"matchLabels": {"app": app}}})
+    };
+    Api::<WorkloadNetworkPolicy>::namespaced(client.clone(), n)
+        .patch(
+            "deployment-api-ingress",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"kubernetes": {"ingress": [
+                {"from": [pods(n, "web")], "ports": [{"protocol": "TCP", "port": 8080}]},
+                {"from": [pods("monitoring", "prometheus")], "ports": [{"protocol": "TCP", "port": 9090}]},
+            ]}}})),
+        )
+        .await
+        .unwrap();
+    // A hand-written NetworkPolicy already lets Prometheus scrape the api pods.
+    let scrapes: NetworkPolicy = object(json!({
+        "metadata": {"name": "allow-scrapes"},
+        "spec": {"podSelector": {"matchLabels": {"app": "api"}}, "policyTypes": ["Ingress"],
+                 "ingress": [{"from": [pods("monitoring", "prometheus")],
+                              "ports": [{"protocol": "TCP", "port": 9090}]}]},
+    }));
+    Api::<NetworkPolicy>::namespaced(client.clone(), n)
+        .create(&PostParams::default(), &scrapes)
+        .await
+        .unwrap();
+
+    let d: Value = serde_json::from_str(&ok(plugin(
+        kubeconfig(),
+        &["diff", "deployment-api-ingress", "-n", n, "-o", "json"],
+    )))
+    .unwrap();
+    assert_eq!(d["native"], json!(["NetworkPolicy allow-scrapes"]));
+    let statuses: Vec<&str> = d["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["new", "allowed"]);
+    assert_eq!(
+        d["entries"][1]["by"],
+        json!(["NetworkPolicy allow-scrapes"])
+    );
+    assert_eq!(d["seenNotAllowed"].as_array().unwrap().len(), 2);
+    let text = ok(plugin(
+        kubeconfig(),
+        &["diff", "deployment-api-ingress", "-n", n],
+    ));
+    assert!(
+        text.contains("Seen since promotion and not allowed (2 active violations)"),
+        "{text}"
+    );
+
+    // The egress proposal: nothing restricts the pods' egress today, so protect mode would
+    // take all of it away (the proposal learned no egress rule).
+    let d: Value = serde_json::from_str(&ok(plugin(
+        kubeconfig(),
+        &["diff", "wnpp/deployment-api-egress", "-n", n, "-o", "json"],
+    )))
+    .unwrap();
+    assert_eq!(d["native"], json!([]));
+    assert!(
+        d["removes"]
+            .as_str()
+            .unwrap()
+            .starts_with("every egress connection"),
+        "{d}"
+    );
+    let missing = failed(plugin(
+        kubeconfig(),
+        &["diff", "deployment-db-ingress", "-n", n],
+    ));
+    assert!(missing.contains("no proposal or policy"), "{missing}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
