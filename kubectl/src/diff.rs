@@ -389,38 +389,20 @@ fn kubernetes_entry(
     }
 }
 
+/// Each of `items`, or one `None` (any) when there is none.
+fn or_any<'a>(items: impl Iterator<Item = &'a String>) -> Vec<Option<&'a str>> {
+    let all: Vec<Option<&str>> = items.map(|s| Some(s.as_str())).collect();
+    if all.is_empty() { vec![None] } else { all }
+}
+
 fn istio_entries(subject: &Subject, aps: &[&AuthorizationPolicy]) -> Vec<Entry> {
     let Some(spec) = &subject.istio else {
         return Vec::new();
     };
     let mut entries = Vec::new();
     for (i, rule) in spec.rules.iter().enumerate() {
-        let principals: Vec<Option<&str>> = {
-            let all: Vec<&str> = rule
-                .from
-                .iter()
-                .flat_map(|f| &f.source.principals)
-                .map(String::as_str)
-                .collect();
-            if all.is_empty() {
-                vec![None]
-            } else {
-                all.into_iter().map(Some).collect()
-            }
-        };
-        let ports: Vec<Option<&str>> = {
-            let all: Vec<&str> = rule
-                .to
-                .iter()
-                .flat_map(|t| &t.operation.ports)
-                .map(String::as_str)
-                .collect();
-            if all.is_empty() {
-                vec![None]
-            } else {
-                all.into_iter().map(Some).collect()
-            }
-        };
+        let principals = or_any(rule.from.iter().flat_map(|f| &f.source.principals));
+        let ports = or_any(rule.to.iter().flat_map(|t| &t.operation.ports));
         for principal in &principals {
             for port in &ports {
                 let mut entry = Entry {
@@ -560,41 +542,17 @@ async fn target_labels(
     ns: &str,
     target: &TargetRef,
 ) -> anyhow::Result<Vec<(String, String)>> {
-    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-    use ne_crds::TargetKind;
+    let kind = format!("{:?}", target.kind);
     let name = target.name.as_str();
-    let template = match target.kind {
-        TargetKind::Deployment => Api::<Deployment>::namespaced(client.clone(), ns)
-            .get_opt(name)
-            .await
-            .map(|o| o.and_then(|o| o.spec).map(|s| s.template)),
-        TargetKind::StatefulSet => Api::<StatefulSet>::namespaced(client.clone(), ns)
-            .get_opt(name)
-            .await
-            .map(|o| o.and_then(|o| o.spec).map(|s| s.template)),
-        TargetKind::DaemonSet => Api::<DaemonSet>::namespaced(client.clone(), ns)
-            .get_opt(name)
-            .await
-            .map(|o| o.and_then(|o| o.spec).map(|s| s.template)),
-    }
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "cannot read {:?} {ns}/{name}, whose pods are compared: {e}",
-            target.kind
-        )
-    })?;
-    let Some(template) = template else {
-        bail!(
-            "{:?} {ns}/{name} does not exist: there are no pods to compare",
-            target.kind
-        );
+    let pods = crate::workload::pods_of(client, ns, &kind, name)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!("cannot read {kind} {ns}/{name}, whose pods are compared: {e}")
+        })?;
+    let Some(pods) = pods else {
+        bail!("{kind} {ns}/{name} does not exist: there are no pods to compare");
     };
-    Ok(template
-        .metadata
-        .and_then(|m| m.labels)
-        .unwrap_or_default()
-        .into_iter()
-        .collect())
+    Ok(pods.labels.into_iter().collect())
 }
 
 /// The comparison for a terminal.

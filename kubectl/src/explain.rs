@@ -467,17 +467,10 @@ pub async fn fetch(
     explain(&policy, &record, &facts)
 }
 
-/// A workload's pod selector and its pods' labels.
-type PodsOf = (
-    Option<LabelSelector>,
-    Option<std::collections::BTreeMap<String, String>>,
-);
-
 /// What the user may read of the peer: its workload's selector and pod labels, its
 /// namespace's labels; what cannot be read is noted, never an error.
 async fn peer_facts(client: &kube::Client, peer: &WorkloadEndpointRef) -> PeerFacts {
-    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    use k8s_openapi::api::core::v1::Namespace;
     use kube::Api;
     let mut facts = PeerFacts::default();
     let (Some(ns), Some(name)) = (&peer.namespace, &peer.name) else {
@@ -497,43 +490,17 @@ async fn peer_facts(client: &kube::Client, peer: &WorkloadEndpointRef) -> PeerFa
         )),
     }
     let kind = peer.kind.as_deref().unwrap_or_default();
-    let got: Result<Option<PodsOf>, kube::Error> = match kind {
-        "Deployment" => Api::<Deployment>::namespaced(client.clone(), ns)
-            .get_opt(name)
-            .await
-            .map(|d| {
-                d.and_then(|d| d.spec)
-                    .map(|s| (Some(s.selector), s.template.metadata.and_then(|m| m.labels)))
-            }),
-        "StatefulSet" => Api::<StatefulSet>::namespaced(client.clone(), ns)
-            .get_opt(name)
-            .await
-            .map(|d| {
-                d.and_then(|d| d.spec)
-                    .map(|s| (Some(s.selector), s.template.metadata.and_then(|m| m.labels)))
-            }),
-        "DaemonSet" => Api::<DaemonSet>::namespaced(client.clone(), ns)
-            .get_opt(name)
-            .await
-            .map(|d| {
-                d.and_then(|d| d.spec)
-                    .map(|s| (Some(s.selector), s.template.metadata.and_then(|m| m.labels)))
-            }),
-        "Pod" => Api::<Pod>::namespaced(client.clone(), ns)
-            .get_opt(name)
-            .await
-            .map(|p| p.map(|p| (None, p.metadata.labels))),
-        other => {
-            facts.notes.push(format!(
-                "the peer's kind {other:?} is not one whose pods can be looked up"
-            ));
-            return facts;
-        }
-    };
+    if !crate::workload::KINDS.contains(&kind) {
+        facts.notes.push(format!(
+            "the peer's kind {kind:?} is not one whose pods can be looked up"
+        ));
+        return facts;
+    }
+    let got = crate::workload::pods_of(client, ns, kind, name).await;
     match got {
-        Ok(Some((selector, labels))) => {
-            facts.selector = selector;
-            facts.labels = labels.unwrap_or_default().into_iter().collect();
+        Ok(Some(pods)) => {
+            facts.selector = pods.selector;
+            facts.labels = pods.labels.into_iter().collect();
         }
         Ok(None) => facts
             .notes

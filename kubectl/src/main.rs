@@ -7,6 +7,7 @@ mod act;
 mod diff;
 mod explain;
 mod status;
+mod workload;
 
 use std::io::Write;
 use std::process::ExitCode;
