@@ -90,6 +90,7 @@ fuzz_target!(|data: &[u8]| {
         authorization_policies: Some(&[]),
         observations: &observations,
         rule_issues: &rule_issues,
+        safety: &Default::default(),
         now: &now,
     };
     for backend in [Backend::Kubernetes, Backend::Istio] {
