@@ -337,18 +337,17 @@ fn kubernetes_rule(
     notes: &mut Vec<String>,
 ) -> serde_json::Value {
     let peer = peer_of(record);
-    let np_peer: NetworkPolicyPeer = match (&peer.namespace, &facts.selector, &peer.ip) {
+    let address = peer.ip.as_deref().and_then(|ip| ip.parse::<IpAddr>().ok());
+    let np_peer: NetworkPolicyPeer = match (&peer.namespace, &facts.selector, address) {
         (Some(ns), Some(selector), _) => PeerKey::Pods {
             namespace: ns.clone(),
             selector: SelectorKey::new(selector),
         }
         .network_policy_peer()
         .unwrap_or_default(),
-        (None, _, Some(ip)) if ip.parse::<IpAddr>().is_ok() => {
-            PeerKey::Address(ip.parse().expect("checked"))
-                .network_policy_peer()
-                .unwrap_or_default()
-        }
+        (None, _, Some(ip)) => PeerKey::Address(ip)
+            .network_policy_peer()
+            .unwrap_or_default(),
         (Some(ns), None, _) => {
             notes.push(format!(
                 "the peer's pod selector is not known: the rule below admits every pod of \

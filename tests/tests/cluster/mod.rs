@@ -402,19 +402,25 @@ pub fn pod_name(name: &str) -> String {
 
 /// Installs (server-side apply) the Network Enforcer CRDs, and waits until they are served.
 pub async fn install_crds(client: &Client) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for (_, crd) in ne_crds::crds() {
-        let name = crd.metadata.name.clone().unwrap();
-        api.patch(
-            &name,
-            &PatchParams::apply("ne-e2e").force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .unwrap();
-        established(client, &name).await;
+        apply_crd(client, &crd).await;
     }
+}
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+/// Server-side applies `crd` and waits until it is served.
+async fn apply_crd(client: &Client, crd: &CustomResourceDefinition) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.metadata.name.clone().unwrap();
+    api.patch(
+        &name,
+        &PatchParams::apply("ne-e2e").force(),
+        &Patch::Apply(crd),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{name}: {e}"));
+    established(client, &name).await;
 }
 
 /// `GET path` on a loopback HTTP server (a binary's /metrics), the body; `None` while it
@@ -464,23 +470,13 @@ pub fn kubectl_binary() -> PathBuf {
 /// operator's own files, which `tests/control-plane/build` downloads) and waits until
 /// they are served.
 pub async fn install_monitoring_crds(client: &Client) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for kind in ["servicemonitors", "prometheusrules"] {
         let path = control_plane_dir().join(format!("crds/monitoring.coreos.com_{kind}.yaml"));
         let text =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let crd: CustomResourceDefinition =
             serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let name = crd.metadata.name.clone().unwrap();
-        api.patch(
-            &name,
-            &PatchParams::apply("ne-e2e").force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
-        established(client, &name).await;
+        apply_crd(client, &crd).await;
     }
 }
 
