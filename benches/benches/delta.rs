@@ -99,6 +99,7 @@ fn entries(n: usize, rng: &mut XorShift) -> Vec<EdgeSnapshot> {
                 },
                 port: [80, 443, 5432, 6379, 8080, 9090][i % 6],
                 peer_dns: external.then(|| format!("api-{}.example.com", i % 101).into()),
+                denied_by: None,
             };
             let first = 1_780_000_000_000_000_000 + rng.below(3_600_000_000_000) as i64;
             EdgeSnapshot {

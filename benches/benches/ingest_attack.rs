@@ -129,6 +129,7 @@ fn edges(round: u64) -> Vec<EdgeSnapshot> {
                 protocol: Protocol::Tcp,
                 port: 8080,
                 peer_dns: None,
+                denied_by: None,
             },
             count: u64::from(i) + 1 + round,
             first_seen: Timestamp(1_000),

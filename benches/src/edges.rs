@@ -37,6 +37,7 @@ pub fn edges(n: usize) -> Vec<Edge> {
                 protocol: Protocol::Tcp,
                 port: 1_000 + (i % 50) as u16,
                 peer_dns: None,
+                denied_by: None,
             }
         })
         .collect()

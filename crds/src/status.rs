@@ -189,6 +189,11 @@ pub struct ViolationRecord {
     /// The reason in words, for this record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// For `DeniedByDataPlane`: the policy the data plane blamed, as it names it
+    /// (`namespace/name`, or `name` for a cluster-wide policy), when it says (Cilium
+    /// Hubble and Calico Goldmane usually do, Istio ztunnel for explicit deny policies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_by: Option<String>,
 }
 
 /// One end of a violating connection; every field is optional because data planes report

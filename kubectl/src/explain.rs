@@ -156,6 +156,14 @@ pub fn explain(
         Backend::Kubernetes => kubernetes_rule(record, facts, protocol, port, &mut notes),
         Backend::Istio => istio_rule(peer, port, &mut notes)?,
     };
+    if let Some(blamed) = &record.denied_by
+        && *blamed != format!("{namespace}/{name}")
+    {
+        notes.push(format!(
+            "the data plane names {blamed} as the policy that denied the flow: a rule added \
+             here does not allow it while {blamed} denies it"
+        ));
+    }
     Ok(Explanation {
         policy: format!("{namespace}/{name}"),
         record: record.clone(),
@@ -550,6 +558,12 @@ pub fn write_text(out: &mut impl std::io::Write, e: &Explanation) -> anyhow::Res
     writeln!(out, "  reason: {reason}")?;
     if let Some(message) = &r.message {
         writeln!(out, "  {message}")?;
+    }
+    if let Some(policy) = &r.denied_by {
+        writeln!(
+            out,
+            "  denied by: {policy} (the data plane's name for the policy)"
+        )?;
     }
     writeln!(out, "  the policy as it is now: {}", e.decision)?;
     if e.decision.starts_with("Allowed") {

@@ -18,8 +18,10 @@ mod cluster;
 use std::path::PathBuf;
 use std::process::Command;
 
-use cluster::hubble::{Hubble, Side, denied_tcp_flow, tcp_flow};
-use cluster::ztunnel::{API_IP, WEB_IP, ztunnel_denied_line, ztunnel_dry_run_line, ztunnel_line};
+use cluster::hubble::{Hubble, Side, denied_tcp_flow_by, tcp_flow};
+use cluster::ztunnel::{
+    API_IP, WEB_IP, ztunnel_dry_run_line, ztunnel_explicitly_denied_line, ztunnel_line,
+};
 use cluster::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -1297,10 +1299,11 @@ async fn violations_in_monitor_and_protect_mode_with_network_policies() {
     );
     assert_eq!(event.severity, "INFO");
 
-    // Protect: the data plane denies web → api:7070; the denial is a protect record.
+    // Protect: the data plane denies web → api:7070 by a deny rule it names; the denial is
+    // a protect record that names it too.
     s.set_mode(name, "protect").await;
     s.ready(name, "Enforced").await;
-    hubble.add_json(&denied_tcp_flow(&web, &api, 7070));
+    hubble.add_json(&denied_tcp_flow_by(&web, &api, 7070, "deny-web"));
     let status = violations_when(&s, name, "a protect record", |st| {
         st.violations.iter().any(|r| r.mode == Mode::Protect)
     })
@@ -1324,6 +1327,12 @@ async fn violations_in_monitor_and_protect_mode_with_network_policies() {
         )
     );
     assert!(protect[0].id > 1, "ids are never reused");
+    let deny_web = format!("{ns}/deny-web");
+    assert_eq!(protect[0].denied_by.as_deref(), Some(deny_web.as_str()));
+    assert_eq!(
+        protect[0].message.as_deref(),
+        Some(format!("the data plane denied the connection: policy {deny_web}").as_str())
+    );
     assert!(
         status.violations.iter().all(|r| r.port != 9090),
         "the widened rule allows 9090: no new record for it"
@@ -1334,6 +1343,7 @@ async fn violations_in_monitor_and_protect_mode_with_network_policies() {
         &[
             (otel::ACTION, json!("protect")),
             (otel::DESTINATION_PORT, json!(7070)),
+            (otel::VIOLATION_DENIED_BY, json!(deny_web)),
         ],
     )
     .await;
@@ -1431,10 +1441,12 @@ async fn violations_in_monitor_and_protect_mode_with_authorization_policies() {
         assert_eq!(event.attributes.get(key), Some(&value), "{key}");
     }
 
-    // Protect: ztunnel refuses web → api:7070 by policy.
+    // Protect: ztunnel refuses web → api:7070 by a DENY policy, which it names.
     s.set_mode(name, "protect").await;
     s.ready(name, "Enforced").await;
-    log.add(ztunnel_denied_line(&ns, &s.web_pod, &s.api_pod, 7070));
+    log.add(ztunnel_explicitly_denied_line(
+        &ns, &s.web_pod, &s.api_pod, 7070, "deny-web",
+    ));
     let status = violations_when(&s, name, "a protect record", |st| {
         st.violations.iter().any(|r| r.mode == Mode::Protect)
     })
@@ -1445,6 +1457,10 @@ async fn violations_in_monitor_and_protect_mode_with_authorization_policies() {
         .find(|r| r.mode == Mode::Protect)
         .unwrap();
     assert_eq!((protect.port, protect.id), (7070, 2));
+    assert_eq!(
+        protect.denied_by.as_deref(),
+        Some(format!("{ns}/deny-web").as_str())
+    );
     event_with(
         &collector,
         otel::EVENT_VIOLATION_OBSERVED,

@@ -230,6 +230,21 @@ async fn denials_and_dry_runs_reach_the_leader_apart_from_learned_edges() {
     let denials = keys(&merged.denials);
     assert!(denials.contains(&cilium_denial), "{denials:?}");
     assert!(denials.iter().any(|d| d.2 == 18080), "{denials:?}");
+    // The policy each data plane blamed travels with its denial: ztunnel names the DENY
+    // policy that refused port 18080 (first seen before the same connection's unnamed
+    // rejections); the Hubble capture's drop names none.
+    let blamed = |port: u16| {
+        merged
+            .denials
+            .iter()
+            .find(|m| m.edge.port == port)
+            .map(|m| m.edge.denied_by.as_deref().map(str::to_owned))
+    };
+    assert_eq!(
+        blamed(18080),
+        Some(Some("default/deny-http-server-protect".to_owned()))
+    );
+    assert_eq!(blamed(8182), Some(None));
     assert_eq!(keys(&merged.audits), [dry_run]);
     assert_eq!(merged.audits[0].count, 2);
     // Learning never sees a denial or a dry run. (The ztunnel capture also has allowed

@@ -72,6 +72,7 @@ fn edge(client: u32, server: u32, port: u16) -> Edge {
         protocol: Protocol::Tcp,
         port,
         peer_dns: None,
+        denied_by: None,
     }
 }
 

@@ -587,6 +587,7 @@ async fn an_agent_that_never_reads_its_acks_is_cut_off_and_others_carry_on() {
             protocol: Protocol::Tcp,
             port: 8080,
             peer_dns: None,
+            denied_by: None,
         };
         table.record(&edge, Timestamp(1_000 + i64::from(i)), 1);
     }

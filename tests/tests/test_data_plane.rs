@@ -9,8 +9,13 @@ mod cluster;
 use std::path::PathBuf;
 use std::process::Command;
 
-use cluster::hubble::{Hubble, Side, denied_tcp_flow, denied_tcp_flow_at, tcp_flow};
-use cluster::ztunnel::{API_IP, WEB_IP, ztunnel_denied_line, ztunnel_dry_run_line, ztunnel_line};
+use cluster::hubble::{
+    Hubble, Side, denied_tcp_flow, denied_tcp_flow_at, denied_tcp_flow_by, tcp_flow,
+};
+use cluster::ztunnel::{
+    API_IP, WEB_IP, ztunnel_denied_line, ztunnel_dry_run_line, ztunnel_explicitly_denied_line,
+    ztunnel_line,
+};
 use cluster::*;
 use ne_crds::{Mode, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal};
 use serde_json::json;
@@ -270,6 +275,8 @@ fn denials_of_every_provider_land_on_the_policy_of_the_side_that_saw_them() {
         }
         out
     };
+    let deny_all = format!("{ns}/deny-all");
+    let deny_web = format!("{ns}/deny-web");
     let cases = [
         (
             "cilium, dropped at api's ingress",
@@ -277,6 +284,15 @@ fn denials_of_every_provider_land_on_the_policy_of_the_side_that_saw_them() {
             Provider::Cilium,
             denied_tcp_flow(&web, &api, 7070),
             "deployment-api-ingress",
+            None,
+        ),
+        (
+            "cilium, dropped at api's ingress by a named deny policy",
+            Format::HubbleJson,
+            Provider::Cilium,
+            denied_tcp_flow_by(&web, &api, 7070, "deny-web"),
+            "deployment-api-ingress",
+            Some(deny_web.as_str()),
         ),
         (
             "cilium, dropped at web's egress",
@@ -284,6 +300,7 @@ fn denials_of_every_provider_land_on_the_policy_of_the_side_that_saw_them() {
             Provider::Cilium,
             denied_tcp_flow_at(&web, &api, 7070, false),
             "deployment-web-egress",
+            None,
         ),
         (
             "calico, denied as reported by the source",
@@ -291,6 +308,7 @@ fn denials_of_every_provider_land_on_the_policy_of_the_side_that_saw_them() {
             Provider::Calico,
             goldmane_denied(ns, &web_pod, &api_pod, 7070, "Src"),
             "deployment-web-egress",
+            Some(deny_all.as_str()),
         ),
         (
             "calico, denied as reported by the destination",
@@ -298,6 +316,7 @@ fn denials_of_every_provider_land_on_the_policy_of_the_side_that_saw_them() {
             Provider::Calico,
             goldmane_denied(ns, &web_pod, &api_pod, 7070, "Dst"),
             "deployment-api-ingress",
+            Some(deny_all.as_str()),
         ),
         (
             "istio, rejected by ztunnel at api",
@@ -305,9 +324,18 @@ fn denials_of_every_provider_land_on_the_policy_of_the_side_that_saw_them() {
             Provider::Istio,
             ztunnel_denied_line(ns, &web_pod, &api_pod, 7070),
             "deployment-api-ingress",
+            None,
+        ),
+        (
+            "istio, rejected by ztunnel at api by a named deny policy",
+            Format::Ztunnel,
+            Provider::Istio,
+            ztunnel_explicitly_denied_line(ns, &web_pod, &api_pod, 7070, "deny-web"),
+            "deployment-api-ingress",
+            Some(deny_web.as_str()),
         ),
     ];
-    for (case, format, provider, line, want) in cases {
+    for (case, format, provider, line, want, denied_by) in cases {
         let (learned, denials, _) = agent_tables(format, provider, &line);
         assert!(learned.is_empty(), "{case}: a denial teaches nothing");
         assert_eq!(denials.len(), 1, "{case}: {denials:?}");
@@ -342,6 +370,11 @@ fn denials_of_every_provider_land_on_the_policy_of_the_side_that_saw_them() {
             ),
             (Mode::Protect, 7070, Some("web"), Some("api")),
             "{case}"
+        );
+        assert_eq!(
+            o.denied_by.as_deref(),
+            denied_by,
+            "{case}: the blamed policy"
         );
         assert!(found.unattributed.is_empty(), "{case}");
     }

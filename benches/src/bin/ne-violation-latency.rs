@@ -78,6 +78,7 @@ fn edge(subject: usize, peer: usize, port: u16) -> Edge {
         protocol: Protocol::Tcp,
         port,
         peer_dns: None,
+        denied_by: None,
     }
 }
 

@@ -30,6 +30,7 @@ fn record(source: WorkloadEndpointRef, port: i32, reason: ViolationReason) -> Vi
         mode: Mode::Monitor,
         reason: Some(reason),
         message: None,
+        denied_by: None,
     }
 }
 
@@ -177,6 +178,41 @@ fn each_rule_is_judged_alone_and_the_nearest_is_the_one_that_comes_closest() {
         &worker(),
         &e.rule_to_add
     ));
+}
+
+#[test]
+fn a_record_the_data_plane_blames_on_another_policy_says_so() {
+    let policy = policy(
+        Backend::Kubernetes,
+        json!([{"from": [pods("billing", "worker")]}]),
+    );
+    let source = endpoint("billing", "worker", None);
+    let mut r = record(source, 8080, ViolationReason::DeniedByDataPlane);
+    r.mode = Mode::Protect;
+    r.denied_by = Some("shop/deny-billing".to_owned());
+    let e = explain(&policy, &r, &worker()).unwrap();
+    assert!(e.decision.starts_with("Allowed"), "{}", e.decision);
+    let blamed: Vec<&String> = e
+        .notes
+        .iter()
+        .filter(|n| n.contains("shop/deny-billing"))
+        .collect();
+    assert_eq!(blamed.len(), 1, "{:?}", e.notes);
+    let mut text = Vec::new();
+    write_text(&mut text, &e).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(text.contains("denied by: shop/deny-billing"), "{text}");
+
+    // Blamed on this very policy, or on none: no such note.
+    for blamed in [Some("shop/deployment-api-ingress"), None] {
+        r.denied_by = blamed.map(str::to_owned);
+        let e = explain(&policy, &r, &worker()).unwrap();
+        assert!(
+            !e.notes.iter().any(|n| n.contains("names")),
+            "{:?}",
+            e.notes
+        );
+    }
 }
 
 #[test]

@@ -95,7 +95,8 @@ async fn unattributed_denials_are_counted_and_reported_once_per_growth() {
         first_seen: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
         last_seen: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
         reason: ne_crds::ViolationReason::DeniedByDataPlane,
-        message: "the data plane denied the connection".to_owned(),
+        message: "the data plane denied the connection: policy shop/default-deny".to_owned(),
+        denied_by: Some("shop/default-deny".to_owned()),
     };
     // Rounds see cumulative totals: 2, 2 again (nothing new), then 5.
     for count in [2, 2, 5] {
@@ -117,6 +118,10 @@ async fn unattributed_denials_are_counted_and_reported_once_per_growth() {
         (otel::SOURCE_WORKLOAD_KIND, serde_json::json!("External")),
         (otel::NETWORK_TRANSPORT, serde_json::json!("udp")),
         (otel::DESTINATION_PORT, serde_json::json!(53)),
+        (
+            otel::VIOLATION_DENIED_BY,
+            serde_json::json!("shop/default-deny"),
+        ),
     ] {
         assert_eq!(e.get(key), Some(&want), "{key}");
     }

@@ -215,6 +215,7 @@ mod tests {
                 protocol: Protocol::Tcp,
                 port,
                 peer_dns: None,
+                denied_by: None,
             },
             count,
             first_seen: Timestamp(10),

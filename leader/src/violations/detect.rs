@@ -138,13 +138,22 @@ fn rule_reason(reason: DenyReason, edge: &Edge) -> (ViolationReason, String) {
 }
 
 /// The reason of a connection the data plane denied (`protect`), or that the dry-run
-/// policy of a monitored workload would have denied (`monitor`).
-fn data_plane_reason(mode: Mode) -> (ViolationReason, String) {
-    let message = match mode {
-        Mode::Protect => "the data plane denied the connection",
-        Mode::Monitor => "the data plane's dry-run policy would deny the connection",
+/// policy of a monitored workload would have denied (`monitor`), naming the policy the
+/// data plane blamed when it did.
+fn data_plane_reason(mode: Mode, denied_by: Option<&str>) -> (ViolationReason, String) {
+    let message = match (mode, denied_by) {
+        (Mode::Protect, None) => "the data plane denied the connection".to_owned(),
+        (Mode::Protect, Some(policy)) => {
+            format!("the data plane denied the connection: policy {policy}")
+        }
+        (Mode::Monitor, None) => {
+            "the data plane's dry-run policy would deny the connection".to_owned()
+        }
+        (Mode::Monitor, Some(policy)) => {
+            format!("the data plane's dry-run policy {policy} would deny the connection")
+        }
     };
-    (ViolationReason::DeniedByDataPlane, message.to_owned())
+    (ViolationReason::DeniedByDataPlane, message)
 }
 
 /// The observation `m` makes in `mode`, its subject and peer resolved, for `reason`.
@@ -183,6 +192,10 @@ fn observation(
         last_seen: kube_time(m.last_seen),
         reason,
         message,
+        // Only the data plane's own verdicts name a policy (learned edges carry none).
+        denied_by: (reason == ViolationReason::DeniedByDataPlane)
+            .then(|| edge.denied_by.as_deref().map(str::to_owned))
+            .flatten(),
     }
 }
 
@@ -202,6 +215,9 @@ fn add(list: &mut Vec<Observation>, observation: Observation) {
     };
     match list.iter_mut().find(|o| same(o)) {
         Some(o) => {
+            if o.denied_by.is_none() && observation.denied_by.is_some() {
+                (o.denied_by, o.message) = (observation.denied_by, observation.message);
+            }
             o.count = o.count.saturating_add(observation.count);
             if observation.first_seen.0 < o.first_seen.0 {
                 o.first_seen = observation.first_seen.clone();
@@ -268,7 +284,8 @@ pub fn detect(
             let seen = Seen::between(m.first_seen, m.last_seen);
             let (subject, target) = policies.attribute(edge, seen, resolver);
             let peer = resolver.resolve_at(&edge.peer, seen);
-            let o = observation(m, &subject, &peer, mode, data_plane_reason(mode));
+            let reason = data_plane_reason(mode, m.edge.denied_by.as_deref());
+            let o = observation(m, &subject, &peer, mode, reason);
             match target {
                 Target::Policy(_, policy) => {
                     add(detected.observations.entry(key_of(policy)).or_default(), o)

@@ -37,6 +37,7 @@ struct Tuple<'a> {
     id: i64,
     count: i64,
     reason: Option<ViolationReason>,
+    denied_by: Option<&'a str>,
 }
 
 impl<'a> From<&'a ViolationRecord> for Tuple<'a> {
@@ -51,6 +52,7 @@ impl<'a> From<&'a ViolationRecord> for Tuple<'a> {
             id: r.id,
             count: r.count,
             reason: r.reason,
+            denied_by: r.denied_by.as_deref(),
         }
     }
 }
@@ -67,6 +69,7 @@ impl<'a> From<&'a Observation> for Tuple<'a> {
             id: 0,
             count: o.count,
             reason: Some(o.reason),
+            denied_by: o.denied_by.as_deref(),
         }
     }
 }
@@ -147,6 +150,9 @@ fn event(
     ];
     if let Some(reason) = t.reason {
         attributes.push((names::VIOLATION_REASON, text(reason.as_str())));
+    }
+    if let Some(policy) = t.denied_by {
+        attributes.push((names::VIOLATION_DENIED_BY, text(policy)));
     }
     LogEvent {
         name,

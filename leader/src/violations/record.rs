@@ -40,6 +40,8 @@ pub struct Observation {
     /// Why the traffic is a violation, and that in words for the record.
     pub reason: ViolationReason,
     pub message: String,
+    /// The policy the data plane blamed for a denial, when it named one.
+    pub denied_by: Option<String>,
 }
 
 /// One end of a record as it identifies the record: a workload by namespace, kind and
@@ -151,6 +153,12 @@ pub fn merge(status: &WorkloadNetworkPolicyStatus, observations: &[Observation])
                 r.reason = Some(o.reason);
                 r.message = Some(o.message.clone());
             }
+            if o.denied_by.is_some() && r.denied_by != o.denied_by {
+                // The data plane names the policy (or another one now): the record says
+                // who denies it today.
+                r.denied_by = o.denied_by.clone();
+                r.message = Some(o.message.clone());
+            }
             let count = r.count.max(o.count);
             let (first, last) = (
                 earlier(&r.first_seen, &o.first_seen),
@@ -201,6 +209,7 @@ pub fn merge(status: &WorkloadNetworkPolicyStatus, observations: &[Observation])
             mode: o.mode,
             reason: Some(o.reason),
             message: Some(o.message.clone()),
+            denied_by: o.denied_by.clone(),
         });
         new.push(id);
     }

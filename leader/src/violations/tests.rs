@@ -36,6 +36,7 @@ fn seen(src: &str, port: i32, count: i64, first: i64, last: i64) -> Observation 
         last_seen: time(last),
         reason: ViolationReason::PortNotAllowed,
         message: format!("ingress rules admit this peer, but not on TCP port {port}"),
+        denied_by: None,
     }
 }
 
@@ -68,6 +69,44 @@ fn a_record_written_before_reasons_gets_one_from_its_next_observation() {
         Some("ingress rules admit this peer, but not on TCP port 80")
     );
     assert!(next.updated.is_empty(), "no new traffic: nothing to report");
+}
+
+#[test]
+fn a_record_says_which_policy_the_data_plane_blames_now() {
+    let denied = |count, policy: Option<&str>| Observation {
+        mode: Mode::Protect,
+        reason: ViolationReason::DeniedByDataPlane,
+        message: match policy {
+            Some(p) => format!("the data plane denied the connection: policy {p}"),
+            None => "the data plane denied the connection".to_owned(),
+        },
+        denied_by: policy.map(str::to_owned),
+        ..seen("web", 80, count, 10, 20)
+    };
+    let first = merge(&Default::default(), &[denied(3, None)]).status;
+    assert_eq!(first.violations[0].denied_by, None);
+    // A later report names the policy: the record takes it.
+    let named = merge(&first, &[denied(3, Some("shop/deny-web"))]).status;
+    assert_eq!(
+        named.violations[0].denied_by.as_deref(),
+        Some("shop/deny-web")
+    );
+    // A report that names none does not forget it; one that names another replaces it.
+    let kept = merge(&named, &[denied(4, None)]).status;
+    assert_eq!(
+        kept.violations[0].denied_by.as_deref(),
+        Some("shop/deny-web")
+    );
+    let other = merge(&kept, &[denied(5, Some("shop/default-deny"))]).status;
+    let r = &other.violations[0];
+    assert_eq!(
+        (r.id, r.denied_by.as_deref(), r.message.as_deref()),
+        (
+            1,
+            Some("shop/default-deny"),
+            Some("the data plane denied the connection: policy shop/default-deny")
+        )
+    );
 }
 
 #[test]
@@ -274,6 +313,7 @@ mod detection {
                 protocol: Protocol::Tcp,
                 port,
                 peer_dns: None,
+                denied_by: None,
             },
             count,
             first_seen: Timestamp(10_000_000_000),
@@ -406,9 +446,12 @@ mod detection {
 
     #[test]
     fn denials_land_on_the_protect_policy_of_their_direction_or_are_unattributed() {
+        let mut named = edge("api", Direction::Egress, workload("cron"), 9000, 4);
+        named.edge.denied_by = Some("shop/deployment-api-egress".into());
         let denials = vec![
-            // api's egress to cron, denied at api (the source): its egress policy.
-            edge("api", Direction::Egress, workload("cron"), 9000, 4),
+            // api's egress to cron, denied at api (the source) by its egress policy, which
+            // the data plane names.
+            named,
             // cron → api, denied at api: the ingress policy.
             edge("api", Direction::Ingress, workload("cron"), 8080, 2),
             // A workload without a policy: unattributed.
@@ -441,11 +484,23 @@ mod detection {
             )
         );
         assert_eq!(egress[0].destination.name.as_deref(), Some("cron"));
+        assert_eq!(
+            (egress[0].denied_by.as_deref(), egress[0].message.as_str()),
+            (
+                Some("shop/deployment-api-egress"),
+                "the data plane denied the connection: policy shop/deployment-api-egress"
+            )
+        );
         let ingress =
             &found.observations[&("shop".to_owned(), "deployment-api-ingress".to_owned())];
         assert_eq!(
             (ingress.len(), ingress[0].port, ingress[0].count),
             (1, 8080, 2)
+        );
+        assert_eq!(
+            (ingress[0].denied_by.as_deref(), ingress[0].message.as_str()),
+            (None, "the data plane denied the connection"),
+            "the data plane named no policy"
         );
         assert_eq!(found.unattributed.len(), 1);
         let u = &found.unattributed[0];

@@ -136,7 +136,7 @@ pub struct Endpoints {
     #[prost(uint32, repeated, tag = "12")]
     pub identity: ::prost::alloc::vec::Vec<u32>,
 }
-/// Edge table additions, columnar; one element per edge in every column except the two
+/// Edge table additions, columnar; one element per edge in every column except the three
 /// verdict columns. An edge is one entry of one of the agent's flow tables: `subject`
 /// talks to `peer` in `direction` on `protocol`/`port`, with a verdict: forwarded
 /// (learned), denied by an enforced policy (protect-mode observation) or denied by a
@@ -176,6 +176,12 @@ pub struct Edges {
     /// One per element of `verdict_position`: that edge's verdict (never FORWARDED).
     #[prost(enumeration = "EdgeVerdict", repeated, tag = "9")]
     pub verdict: ::prost::alloc::vec::Vec<i32>,
+    /// One per element of `verdict_position`: the policy the data plane blamed for the
+    /// denial, as it names it (`namespace/name`, or `name` for a cluster-wide policy), as
+    /// string index + 1, or 0 when it named none. Empty from agents that predate this
+    /// column: no denial of the batch then names a policy.
+    #[prost(uint32, repeated, tag = "10")]
+    pub denied_by: ::prost::alloc::vec::Vec<u32>,
 }
 /// The changed entries, columnar; one element per row in every column. Times are
 /// nanoseconds since the Unix epoch; differences are taken modulo 2^64 (two's complement

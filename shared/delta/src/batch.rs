@@ -60,25 +60,28 @@ impl Builder {
     }
 
     /// Bytes the next edge addition's verdict adds: nothing for a learned edge; its
-    /// position and code otherwise, plus the two verdict columns' tags and lengths for
-    /// the batch's first such edge. (They are not in [`fixed_overhead`]: a batch without
-    /// denials must split exactly where it always did.)
-    pub(super) fn verdict_len(&self, class: EdgeClass) -> usize {
+    /// position, code and `denied_by` reference (string index + 1, or 0) otherwise, plus
+    /// the three verdict columns' tags and lengths for the batch's first such edge. (They
+    /// are not in [`fixed_overhead`]: a batch without denials must split exactly where it
+    /// always did.)
+    pub(super) fn verdict_len(&self, class: EdgeClass, denied_by: u32) -> usize {
         if class == EdgeClass::Learned {
             return 0;
         }
         let columns = if self.edges.verdict.is_empty() {
-            2 * self.delimited
+            3 * self.delimited
         } else {
             0
         };
         columns
             + uint_len(self.edges.subject.len() as u64)
             + uint_len(codes::edge_class_code(class) as u64)
+            + uint_len(u64::from(denied_by))
     }
 
-    /// Marks the next edge addition (not pushed yet) as of `class`; `verdict_len` bytes.
-    pub(super) fn push_verdict(&mut self, class: EdgeClass, verdict_len: usize) {
+    /// Marks the next edge addition (not pushed yet) as of `class`, denied by the policy
+    /// `denied_by` refers to; `verdict_len` bytes.
+    pub(super) fn push_verdict(&mut self, class: EdgeClass, denied_by: u32, verdict_len: usize) {
         if class == EdgeClass::Learned {
             return;
         }
@@ -86,6 +89,7 @@ impl Builder {
         let position = self.edges.subject.len() as u32;
         self.edges.verdict_position.push(position);
         self.edges.verdict.push(codes::edge_class_code(class));
+        self.edges.denied_by.push(denied_by);
         self.payload += verdict_len;
     }
 
@@ -131,7 +135,12 @@ impl Builder {
         self.payload += row.len;
     }
 
-    pub(super) fn finish(self) -> pb::Batch {
+    pub(super) fn finish(mut self) -> pb::Batch {
+        // No denial names a policy: the column is left out (its bytes were counted, so the
+        // batch only gets smaller).
+        if self.edges.denied_by.iter().all(|&d| d == 0) {
+            self.edges.denied_by.clear();
+        }
         pb::Batch {
             sequence: 0,
             snapshot: false,

@@ -31,6 +31,8 @@ struct StoredEdge {
     protocol: Protocol,
     port: u16,
     dns: Option<Str>,
+    /// The policy the data plane blamed for a denial, as string index + 1, or 0.
+    denied_by: u32,
     serial: u64,
     /// The first_seen of the edge's last row, the reference of its next one (none before
     /// its first row).
@@ -393,14 +395,20 @@ impl Decoder {
         dense("peer_dns", &c.peer_dns, n)?;
         dense("serial", &c.serial, n)?;
         dense("verdict", &c.verdict, c.verdict_position.len())?;
+        // Agents of releases before `denied_by` send none.
+        if !c.denied_by.is_empty() {
+            dense("denied_by", &c.denied_by, c.verdict_position.len())?;
+        }
         let endpoints = self.endpoints.len();
         // The sparse verdicts, in step with the edges: `listed` is the next one.
         let mut listed = 0usize;
         for i in 0..n {
-            let class = match c.verdict_position.get(listed) {
+            let (class, denied_by) = match c.verdict_position.get(listed) {
                 Some(&at) if at as usize == i => {
                     listed += 1;
                     let class = codes::listed_edge_class(c.verdict[listed - 1])?;
+                    let denied_by = c.denied_by.get(listed - 1).copied().unwrap_or(0);
+                    self.optional_string(denied_by)?;
                     if let Some(&next) = c.verdict_position.get(listed)
                         && next <= at
                     {
@@ -409,9 +417,9 @@ impl Decoder {
                             value: i64::from(next),
                         });
                     }
-                    class
+                    (class, denied_by)
                 }
-                _ => EdgeClass::Learned,
+                _ => (EdgeClass::Learned, 0),
             };
             let (subject, peer) = (c.subject[i], c.peer[i]);
             for index in [subject, peer] {
@@ -431,6 +439,7 @@ impl Decoder {
                 protocol: codes::protocol(c.protocol[i])?,
                 port,
                 dns: self.optional_string(c.peer_dns[i])?,
+                denied_by,
                 serial: c.serial[i],
                 first_seen: None,
             };
@@ -492,6 +501,11 @@ impl Decoder {
                     protocol: edge.protocol,
                     port: edge.port,
                     peer_dns: edge.dns.clone(),
+                    // Checked when the edge was added; strings leave only with it.
+                    denied_by: edge
+                        .denied_by
+                        .checked_sub(1)
+                        .map(|at| self.strings[at as usize].clone()),
                 },
                 count: c.count[i],
                 first_seen: Timestamp(first_seen),

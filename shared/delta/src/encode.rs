@@ -32,6 +32,9 @@ struct KnownEdge {
     port: u16,
     /// String index of the peer's DNS name, or [`NO_STRING`].
     dns: u32,
+    /// String index of the policy the data plane blamed for a denial, or [`NO_STRING`]
+    /// (always for a learned edge).
+    denied_by: u32,
     serial: u64,
     /// The first_seen of the edge's last row: the reference of its next row.
     first_seen: i64,
@@ -241,20 +244,21 @@ impl Encoder {
         // New edges get the next index; their first row's reference is its own last_seen.
         let index = self.edges.len() as u32;
         let mut row = builder.row(index, snap, snap.last_seen.0);
-        let mut verdict = builder.verdict_len(class);
+        let denied_by = part.edge.as_ref().map_or(NO_STRING, |k| k.denied_by);
+        let mut verdict = builder.verdict_len(class, denied_by.wrapping_add(1));
         if (builder.payload + part.payload + verdict + row.len > budget
             || builder.rows() >= self.limits.rows)
             && !builder.is_empty()
         {
             self.flush(builder, out);
             row = builder.row(index, snap, snap.last_seen.0);
-            verdict = builder.verdict_len(class);
+            verdict = builder.verdict_len(class, denied_by.wrapping_add(1));
         }
         if part.payload + verdict + row.len > budget {
             self.oversized += 1;
             return;
         }
-        builder.push_verdict(class, verdict);
+        builder.push_verdict(class, denied_by.wrapping_add(1), verdict);
         self.commit(builder, part, snap);
         builder.push_row(row);
     }
@@ -298,10 +302,9 @@ impl Encoder {
                 && k.direction == edge.direction
                 && endpoints.get(k.subject) == &edge.subject
                 && endpoints.get(k.peer) == &edge.peer
-                && match &edge.peer_dns {
-                    None => k.dns == NO_STRING,
-                    Some(dns) => k.dns != NO_STRING && strings.get(k.dns) == dns,
-                }
+                && same_string(strings, k.dns, edge.peer_dns.as_ref())
+                && (class == EdgeClass::Learned
+                    || same_string(strings, k.denied_by, edge.denied_by.as_ref()))
         })
     }
 
@@ -314,6 +317,14 @@ impl Encoder {
         let dns = match &edge.peer_dns {
             Some(dns) => self.string_ref(dns, &mut part),
             None => NO_STRING,
+        };
+        // Only denials name a policy; the verdict's own bytes count it
+        // (`Builder::verdict_len`).
+        let denied_by = match (&edge.denied_by, class) {
+            (Some(policy), EdgeClass::Denied | EdgeClass::Audit) => {
+                self.string_ref(policy, &mut part)
+            }
+            _ => NO_STRING,
         };
         part.payload += uint_len(u64::from(subject))
             + uint_len(u64::from(peer))
@@ -330,6 +341,7 @@ impl Encoder {
             protocol: edge.protocol,
             port: edge.port,
             dns,
+            denied_by,
             serial: snap.serial,
             first_seen: snap.first_seen.0,
         });
@@ -459,6 +471,14 @@ impl Encoder {
             self.edges.push(self.hasher.hash_one(snap.serial), k);
         }
         builder.payload += part.payload;
+    }
+}
+
+/// Whether the string at `index` (or [`NO_STRING`]) is `s`.
+fn same_string(strings: &Interner<Str>, index: u32, s: Option<&Str>) -> bool {
+    match s {
+        None => index == NO_STRING,
+        Some(s) => index != NO_STRING && strings.get(index) == s,
     }
 }
 

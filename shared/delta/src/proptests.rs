@@ -119,19 +119,23 @@ fn edge() -> impl Strategy<Value = Edge> {
         ]),
         any::<u16>(),
         prop::option::of(text()),
+        prop::option::of(text()),
     )
-        .prop_map(|(subject, egress, peer, protocol, port, peer_dns)| Edge {
-            subject,
-            direction: if egress {
-                Direction::Egress
-            } else {
-                Direction::Ingress
+        .prop_map(
+            |(subject, egress, peer, protocol, port, peer_dns, denied_by)| Edge {
+                subject,
+                direction: if egress {
+                    Direction::Egress
+                } else {
+                    Direction::Ingress
+                },
+                peer,
+                protocol,
+                port,
+                peer_dns,
+                denied_by,
             },
-            peer,
-            protocol,
-            port,
-            peer_dns,
-        })
+        )
 }
 
 /// Table entries; serials from a small range, so that some collide.
@@ -140,17 +144,25 @@ fn entries() -> impl Strategy<Value = Vec<(Edge, u64)>> {
 }
 
 /// Table entries of any class; often the same edge and serial in two classes (the agent's
-/// tables number their entries independently).
+/// tables number their entries independently). Learned edges blame no policy, as
+/// `derive` makes them.
 fn class_entries() -> impl Strategy<Value = Vec<(EdgeClass, Edge, u64)>> {
     (entries(), prop::collection::vec(any::<u8>(), 12)).prop_map(|(entries, picks)| {
         let mut out = Vec::new();
+        let of = |class: EdgeClass, edge: &Edge| match class {
+            EdgeClass::Learned => Edge {
+                denied_by: None,
+                ..edge.clone()
+            },
+            EdgeClass::Denied | EdgeClass::Audit => edge.clone(),
+        };
         for ((edge, serial), pick) in entries.into_iter().zip(picks) {
             let class = EdgeClass::ALL[usize::from(pick % 3)];
             if pick & 0x80 != 0 {
                 let twin = EdgeClass::ALL[usize::from(pick % 3 + 1) % 3];
-                out.push((twin, edge.clone(), serial));
+                out.push((twin, of(twin, &edge), serial));
             }
-            out.push((class, edge, serial));
+            out.push((class, of(class, &edge), serial));
         }
         out
     })
@@ -291,7 +303,7 @@ proptest! {
     #[test]
     fn mutated_batches_are_rejected_cleanly_or_decoded(
         entries in class_entries(),
-        mutations in prop::collection::vec((0usize..26, 0u8..3, any::<u64>()), 1..4),
+        mutations in prop::collection::vec((0usize..27, 0u8..3, any::<u64>()), 1..4),
         flips in prop::collection::vec((any::<usize>(), any::<u8>()), 0..3),
     ) {
         let snaps: Vec<(EdgeClass, EdgeSnapshot)> = entries
@@ -390,6 +402,7 @@ fn mutate(b: &mut pb::Batch, column: usize, op: u8, value: u64) {
         22 => apply(&mut rows.first_seen, op, vi64, value),
         23 => apply(&mut ed.verdict_position, op, v32 % 16, value),
         24 => apply(&mut ed.verdict, op, vi32 % 4, value),
+        25 => apply(&mut ed.denied_by, op, v32 % 64, value),
         _ => b.snapshot_end = !b.snapshot_end,
     }
 }

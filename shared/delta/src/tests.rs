@@ -9,7 +9,7 @@ use ne_proto::prost::Message;
 use super::*;
 use ne_flow::edge::Edge;
 use ne_flow::flow::{
-    Direction, Endpoint, EndpointId, Protocol, Reserved, Timestamp, WorkloadKind, WorkloadRef,
+    Direction, Endpoint, EndpointId, Protocol, Reserved, Str, Timestamp, WorkloadKind, WorkloadRef,
     labels,
 };
 use std::sync::Arc;
@@ -110,6 +110,7 @@ fn variety() -> Vec<EdgeSnapshot> {
                 protocol: protocols[i % protocols.len()],
                 port: [0, 1, 53, 443, 65535][i % 5],
                 peer_dns: (i % 3 == 0).then(|| "api.example.com".into()),
+                denied_by: None,
             };
             let t = 1_780_000_000_000_000_000 + i as i64 * 1_234_567;
             snap(edge, 100 + i as u64, 1 + i as u64 * 1000, t - 5_000, t)
@@ -250,6 +251,7 @@ pub(super) fn node_like(n: usize, rng: &mut XorShift) -> Vec<EdgeSnapshot> {
                 },
                 port: [80, 443, 5432, 6379, 8080, 9090][i % 6],
                 peer_dns: external_peer.then(|| format!("api-{}.example.com", i % 13).into()),
+                denied_by: None,
             };
             let first = 1_780_000_000_000_000_000 + rng.below(3_600_000_000_000) as i64;
             snap(edge, i as u64 + 1, 1 + rng.below(100_000), first, first)
@@ -1053,6 +1055,111 @@ fn malformed_verdict_columns_are_typed_errors_that_change_nothing() {
             "{expected}"
         );
     }
+}
+
+/// Denials carry the policy the data plane blamed, as a string shared by every edge it
+/// denied (sent once); denials naming none and learned edges carry none.
+#[test]
+fn denials_carry_the_policy_that_denied_them() {
+    let edges = variety();
+    let blamed = |s: &EdgeSnapshot, policy: Option<&str>| EdgeSnapshot {
+        edge: Edge {
+            denied_by: policy.map(Str::from),
+            ..s.edge.clone()
+        },
+        ..s.clone()
+    };
+    let denied: Vec<EdgeSnapshot> = edges
+        .iter()
+        .enumerate()
+        .map(|(i, s)| blamed(s, (i % 3 != 2).then_some("shop/deny-web")))
+        .collect();
+    let audit = vec![blamed(&edges[0], Some("default-deny"))];
+    let classes = [
+        (EdgeClass::Learned, edges.as_slice()),
+        (EdgeClass::Denied, denied.as_slice()),
+        (EdgeClass::Audit, audit.as_slice()),
+    ];
+    let (mut enc, mut dec) = (Encoder::new(), Decoder::new());
+    let batches = enc.encode_classes(1, true, &classes, DEFAULT_MAX_MESSAGE_BYTES);
+    assert_eq!(batches.len(), 1);
+    let sent = &batches[0];
+    let named = |name: &str| sent.strings.iter().filter(|s| *s == name).count();
+    assert_eq!((named("shop/deny-web"), named("default-deny")), (1, 1));
+    let columns = sent.edges.as_ref().unwrap();
+    assert_eq!(columns.denied_by.len(), columns.verdict_position.len());
+    let got = decode_classes(&mut dec, &batches);
+    assert_eq!(got, [edges.clone(), denied, audit]);
+
+    // Without a named policy the column is left out, and the denials decode as before.
+    let (mut enc, mut dec) = (Encoder::new(), Decoder::new());
+    let classes = [(EdgeClass::Denied, edges.as_slice())];
+    let batches = enc.encode_classes(1, true, &classes, DEFAULT_MAX_MESSAGE_BYTES);
+    assert!(batches[0].edges.as_ref().unwrap().denied_by.is_empty());
+    assert_eq!(decode_classes(&mut dec, &batches)[1], edges);
+}
+
+/// A damaged `denied_by` column is a typed error that changes nothing; an empty one (an
+/// agent that predates it) means no denial names a policy.
+#[test]
+fn malformed_denied_by_columns_are_typed_errors_that_change_nothing() {
+    use DeltaError as E;
+    let edges: Vec<EdgeSnapshot> = variety()
+        .into_iter()
+        .map(|s| EdgeSnapshot {
+            edge: Edge {
+                denied_by: Some("shop/deny".into()),
+                ..s.edge
+            },
+            ..s
+        })
+        .collect();
+    let classes = [(EdgeClass::Denied, edges.as_slice())];
+    let batch = Encoder::new().encode_classes(1, true, &classes, DEFAULT_MAX_MESSAGE_BYTES);
+    let intact = &batch[0];
+    let strings = intact.strings.len() as u32;
+    type Mutation = fn(&mut pb::Edges);
+    let cases: Vec<(Mutation, DeltaError)> = vec![
+        (
+            |e| {
+                e.denied_by.pop();
+            },
+            E::ColumnLength {
+                column: "denied_by",
+                expected: 10,
+                got: 9,
+            },
+        ),
+        (
+            |e| e.denied_by.push(1),
+            E::ColumnLength {
+                column: "denied_by",
+                expected: 10,
+                got: 11,
+            },
+        ),
+        (
+            |e| e.denied_by[3] = 10_001,
+            E::IndexOutOfRange {
+                table: Table::Strings,
+                index: 10_000,
+                len: strings as usize,
+            },
+        ),
+    ];
+    for (mutate, expected) in cases {
+        let mut broken = intact.clone();
+        mutate(broken.edges.as_mut().unwrap());
+        let mut dec = Decoder::new();
+        assert_eq!(dec.decode(&broken), Err(expected.clone()));
+        assert_eq!(dec.table_sizes(), TableSizes::default(), "{expected}");
+        assert_eq!(decode_classes(&mut dec, &batch)[1], edges, "{expected}");
+    }
+    let mut older = intact.clone();
+    older.edges.as_mut().unwrap().denied_by.clear();
+    let got = decode_classes(&mut Decoder::new(), &[older]);
+    assert!(got[1].iter().all(|s| s.edge.denied_by.is_none()));
+    assert_eq!(got[1].len(), edges.len());
 }
 
 /// Denials cost what learned edges cost, plus about two bytes per new denied edge (its

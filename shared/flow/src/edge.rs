@@ -50,6 +50,10 @@ pub struct Edge {
     pub port: u16,
     /// DNS name of the peer, when the data plane resolved one (evidence only).
     pub peer_dns: Option<crate::flow::Str>,
+    /// For a denial or an audit denial, the policy the data plane blamed, as it names it
+    /// (`namespace/name`, or `name` for a cluster-wide policy), when it says; always
+    /// `None` for a learned edge. Evidence, like `peer_dns`: not part of the key.
+    pub denied_by: Option<crate::flow::Str>,
 }
 
 /// Why a flow made no edge. Bounded, so it can label a metric.
@@ -190,7 +194,10 @@ fn observed(flow: &FlowRecord, port: u16) -> Result<Edge, EdgeSkip> {
         ..learnable(flow)
     }
     .direction(Provider::Cilium)?;
-    Ok(edge_of(flow, direction))
+    Ok(Edge {
+        denied_by: flow.policy.clone(),
+        ..edge_of(flow, direction)
+    })
 }
 
 fn learnable(flow: &FlowRecord) -> Learnable {
@@ -220,6 +227,7 @@ fn edge_of(flow: &FlowRecord, direction: Direction) -> Edge {
         protocol: flow.protocol,
         port: flow.destination_port,
         peer_dns,
+        denied_by: None,
     }
 }
 
@@ -258,6 +266,14 @@ mod denial_tests {
         let e = derive_denial(&denied).unwrap();
         assert_eq!((e.direction, e.port), (Direction::Ingress, 5432));
         assert_eq!(e.subject.id, denied.destination.id);
+        assert_eq!(e.denied_by.as_deref(), Some("b/deny"), "the blamed policy");
+        let mut forwarded = denied.clone();
+        forwarded.verdict = Verdict::Forwarded;
+        assert_eq!(
+            derive(&forwarded, Provider::Cilium).unwrap().denied_by,
+            None,
+            "a learned edge blames no policy, whatever the record says"
+        );
         assert_eq!(
             derive(&denied, Provider::Cilium),
             Err(EdgeSkip::NotForwarded),

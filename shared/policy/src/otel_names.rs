@@ -46,6 +46,10 @@ pub const REASON: &str = "reason";
 /// `DeniedByDataPlane`), as the record says; absent when the record has none. Like
 /// [`VIOLATION_COUNT`], an addition to the fixed attributes.
 pub const VIOLATION_REASON: &str = "violation.reason";
+/// For `DeniedByDataPlane`: the policy the data plane blamed (`namespace/name`, or `name`
+/// for a cluster-wide policy), as the record says; absent when the data plane named none.
+/// An addition to the fixed attributes.
+pub const VIOLATION_DENIED_BY: &str = "violation.denied_by";
 
 /// The attributes every violation event carries, for every provider.
 pub const VIOLATION_ATTRIBUTES: [&str; 16] = [

@@ -126,6 +126,24 @@ pub fn denied_tcp_flow_at(src: &Side<'_>, dst: &Side<'_>, port: u16, at_ingress:
     format!("{line}\n")
 }
 
+/// As [`denied_tcp_flow`], dropped by a deny rule of the CiliumNetworkPolicy `name` in the
+/// destination's namespace, which Hubble names in `ingress_denied_by`.
+pub fn denied_tcp_flow_by(src: &Side<'_>, dst: &Side<'_>, port: u16, name: &str) -> String {
+    let mut line: serde_json::Value =
+        serde_json::from_str(&denied_tcp_flow_at(src, dst, port, true)).unwrap();
+    line["flow"]["ingress_denied_by"] = json!([{
+        "name": name,
+        "namespace": dst.namespace,
+        "labels": [
+            format!("k8s:io.cilium.k8s.policy.name={name}"),
+            format!("k8s:io.cilium.k8s.policy.namespace={}", dst.namespace),
+        ],
+        "revision": 3,
+        "kind": "CiliumNetworkPolicy",
+    }]);
+    format!("{line}\n")
+}
+
 /// One observation of `src → dst:port`: at the destination's ingress when `at_ingress`,
 /// else at the source's egress.
 fn observed(src: &Side<'_>, dst: &Side<'_>, port: u16, at_ingress: bool) -> String {

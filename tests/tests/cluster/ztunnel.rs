@@ -25,6 +25,27 @@ pub fn ztunnel_denied_line(ns: &str, web: &str, api: &str, port: u16) -> String 
     )
 }
 
+/// The access line of a connection a DENY AuthorizationPolicy `ns/policy` refused: ztunnel
+/// names it.
+pub fn ztunnel_explicitly_denied_line(
+    ns: &str,
+    web: &str,
+    api: &str,
+    port: u16,
+    policy: &str,
+) -> String {
+    ztunnel_access(
+        ns,
+        web,
+        api,
+        port,
+        "error",
+        &format!(
+            " error=\"connection closed due to policy rejection: explicitly denied by: {ns}/{policy}\""
+        ),
+    )
+}
+
 pub fn ztunnel_access(
     ns: &str,
     web: &str,

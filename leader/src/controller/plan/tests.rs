@@ -1178,6 +1178,7 @@ fn observed(src: &str) -> crate::violations::record::Observation {
         last_seen: time(950),
         reason: ne_crds::ViolationReason::NoRuleForPeer,
         message: "no ingress rule of the policy admits this peer".to_owned(),
+        denied_by: None,
     }
 }
 

@@ -627,6 +627,7 @@ fn record(id: i64, count: i64, mode: Mode, identity: Option<&str>) -> ne_crds::V
         mode,
         reason: Some(ne_crds::ViolationReason::PortNotAllowed),
         message: Some("ingress rules admit this peer, but not on TCP port 9090".to_owned()),
+        denied_by: None,
     }
 }
 

@@ -52,6 +52,7 @@ fn edge(k: K) -> Edge {
         protocol: if k.udp { Protocol::Udp } else { Protocol::Tcp },
         port: k.port,
         peer_dns: None,
+        denied_by: None,
     }
 }
 

@@ -75,6 +75,7 @@ fn edge(
         protocol,
         port,
         peer_dns: None,
+        denied_by: None,
     }
 }
 

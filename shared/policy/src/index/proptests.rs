@@ -45,6 +45,7 @@ fn edge(k: K, meta: u8, agent: u8) -> Edge {
         protocol: Protocol::Tcp,
         port: k.port,
         peer_dns: (meta % 2 == 1).then(|| format!("m{meta}.example").into()),
+        denied_by: None,
     }
 }
 

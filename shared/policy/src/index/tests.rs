@@ -25,6 +25,7 @@ fn edge(key: u8, meta: u8) -> Edge {
         protocol: Protocol::Tcp,
         port: 5432,
         peer_dns: None,
+        denied_by: None,
     }
 }
 
