@@ -152,6 +152,13 @@ pub struct RunArgs {
     /// Most deleted pods remembered; the oldest are forgotten first (counted).
     #[arg(long, env = "NE_POD_HISTORY_MAX", default_value_t = 100_000)]
     pub pod_history_max: usize,
+    /// Whether the data plane applies policies to a node's own traffic into its pods
+    /// (kubelet probes): `allowed` (it lets it through, the default of Cilium, Calico and
+    /// Istio ambient) or `enforced` (e.g. Cilium's host firewall). With `enforced`,
+    /// `ProtectSafe` warns of an ingress policy whose workload learning saw reached from
+    /// its node, which no rule can name.
+    #[arg(long, value_enum, env = "NE_HOST_TRAFFIC", default_value_t = crate::controller::safety::HostTraffic::Allowed)]
+    pub host_traffic: crate::controller::safety::HostTraffic,
     /// OpenTelemetry export: `otlp` sends metrics and violation log events to the
     /// collector the standard `OTEL_EXPORTER_OTLP_*` variables name (nothing when no
     /// endpoint is set); `none` sends nothing (`/metrics` is served either way).

@@ -18,7 +18,7 @@ mod cluster;
 use std::path::PathBuf;
 use std::process::Command;
 
-use cluster::hubble::{Hubble, Side, denied_tcp_flow_by, tcp_flow};
+use cluster::hubble::{Hubble, Side, denied_tcp_flow_by, remote_node_tcp_flow, tcp_flow};
 use cluster::ztunnel::{
     API_IP, WEB_IP, ztunnel_dry_run_line, ztunnel_explicitly_denied_line, ztunnel_line,
 };
@@ -469,6 +469,15 @@ async fn the_seed_workflow_with_network_policies() {
         .await
         .unwrap();
     s.protect_safe(name, "True", "NoKnownHazard").await;
+    // Traffic from another node into api: no NetworkPolicy rule can name that peer, so
+    // protect mode would block it.
+    hubble.add_json(&remote_node_tcp_flow("172.18.0.3", &api, 8080));
+    let unexpressible = s.protect_safe(name, "False", "UnexpressiblePeers").await;
+    assert!(
+        unexpressible.message.contains("remote-node on TCP 8080"),
+        "{}",
+        unexpressible.message
+    );
 
     s.set_mode(name, "protect").await;
     let policy_uid = policy.metadata.uid.clone().unwrap();

@@ -68,6 +68,8 @@ pub struct Settings {
     /// How long, and how many, deleted pods are remembered for attribution.
     pub pod_history_retention: Duration,
     pub pod_history_max: usize,
+    /// What the data plane does with a node's traffic into its pods (`ProtectSafe`).
+    pub host_traffic: safety::HostTraffic,
 }
 
 /// The controller: its caches, its writer and what it is told.
@@ -191,6 +193,8 @@ impl Controller {
             &policies,
             proposals.iter().chain(&learned.proposals),
             &cluster.snapshot,
+            &learned.summary.allow_lists,
+            self.settings.host_traffic,
         );
         let plan = self.plan(&learned, &policies, &detected, &rule_issues, &safety);
         let outcome = self.write(plan, leader).await;

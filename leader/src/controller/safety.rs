@@ -1,7 +1,8 @@
 //! What the planner needs from the cluster's pods to tell what protect mode would break
 //! (the `ProtectSafe` condition, `plan/safety.rs`): the labels of each policy's target pods,
 //! whether an egress policy lets them reach the cluster's DNS, and which principals its
-//! rules name that several workloads run as. One pass over the resolver's pods per round.
+//! rules name that several workloads run as, and what learning saw of its workload that no
+//! rule can name. One pass over the resolver's pods per round.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -9,7 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use ne_crds::{
     Backend, PolicyDirection, TargetRef, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
 };
-use ne_flow::flow::{Direction, Protocol};
+use ne_flow::flow::{Direction, Protocol, Reserved, WorkloadRef};
+use ne_policy::allowlist::{AllowListSummary, UnmanagedPeer};
 use ne_policy::eval::{self, FlowView, PeerView, PolicyRef};
 use ne_policy::resolve::{ClusterSnapshot, ResolvedPod};
 
@@ -28,6 +30,23 @@ pub struct SafetyFacts {
     pub dns_denied: bool,
     /// Principals the rules name that several workloads run as, each with those workloads.
     pub shared_principals: Vec<String>,
+    /// Traffic learning saw in the policy's direction with a peer no rule can name (host,
+    /// remote-node, kube-apiserver, ...), which protect mode blocks, in words: `peer on
+    /// PROTOCOL port (N flows)`.
+    pub unexpressible: Vec<String>,
+}
+
+/// What the data plane does with traffic from a pod's own node (kubelet probes) once a
+/// policy selects the pod.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum HostTraffic {
+    /// Lets it through whatever the policy says: the default of Cilium (`allow-localhost`),
+    /// Calico and the NetworkPolicy API, and Istio ambient, which exempts probes.
+    #[default]
+    Allowed,
+    /// Applies the policy to it (e.g. Cilium's host firewall or `allow-localhost: policy`):
+    /// a policy that cannot name the node blocks the probes.
+    Enforced,
 }
 
 /// The facts of every policy and every proposal, each by `(namespace, name)`.
@@ -37,13 +56,20 @@ pub struct Safety {
     pub proposals: BTreeMap<(String, String), SafetyFacts>,
 }
 
-/// The facts of `policies` and `proposals` against `cluster` (a proposal named twice: its
-/// first).
+/// The facts of `policies` and `proposals` against `cluster` and what learning made of
+/// each workload (`learned`, the round's allow-list summaries), a proposal named twice: its
+/// first.
 pub fn facts<'p>(
     policies: &[WorkloadNetworkPolicy],
     proposals: impl IntoIterator<Item = &'p WorkloadNetworkPolicyProposal>,
     cluster: &ClusterSnapshot,
+    learned: &[AllowListSummary],
+    host: HostTraffic,
 ) -> Safety {
+    let unmanaged: HashMap<(&WorkloadRef, Direction), &[UnmanagedPeer]> = learned
+        .iter()
+        .map(|s| ((&s.subject, s.direction), s.unmanaged.as_slice()))
+        .collect();
     let mut by_owner: HashMap<(&str, &str, &str), &ResolvedPod> = HashMap::new();
     let mut dns = Vec::new();
     let mut by_identity: HashMap<(&str, &str), BTreeSet<String>> = HashMap::new();
@@ -79,6 +105,7 @@ pub fn facts<'p>(
             }),
             dns_denied: dns_denied(policy, namespace, &dns),
             shared_principals: shared_principals(policy, &by_identity),
+            unexpressible: unexpressible(policy, namespace, target, &unmanaged, host),
         }
     };
     let key = |meta: &ObjectMeta| {
@@ -131,6 +158,59 @@ fn dns_denied(policy: PolicyRef<'_>, namespace: &str, dns: &[&ResolvedPod]) -> b
         };
         eval::evaluate(policy, namespace, &flow).is_ok_and(|d| d.is_allowed())
     })
+}
+
+/// The traffic of `target` in `policy`'s direction that learning saw with a peer no rule
+/// can name, which protect mode would block: every such peer of a Kubernetes-backend
+/// policy, except the node's own traffic into its pods when the data plane lets that
+/// through ([`HostTraffic::Allowed`]). Istio policies name peers by principal, and learning
+/// from ztunnel sees no such peer.
+fn unexpressible(
+    policy: PolicyRef<'_>,
+    namespace: &str,
+    target: &TargetRef,
+    unmanaged: &HashMap<(&WorkloadRef, Direction), &[UnmanagedPeer]>,
+    host: HostTraffic,
+) -> Vec<String> {
+    if policy.backend != Backend::Kubernetes {
+        return Vec::new();
+    }
+    let direction = match policy.direction {
+        PolicyDirection::Ingress => Direction::Ingress,
+        PolicyDirection::Egress => Direction::Egress,
+    };
+    let workload = WorkloadRef {
+        namespace: namespace.into(),
+        kind: match target.kind {
+            ne_crds::TargetKind::Deployment => ne_flow::flow::WorkloadKind::Deployment,
+            ne_crds::TargetKind::StatefulSet => ne_flow::flow::WorkloadKind::StatefulSet,
+            ne_crds::TargetKind::DaemonSet => ne_flow::flow::WorkloadKind::DaemonSet,
+        },
+        name: target.name.as_str().into(),
+    };
+    let Some(peers) = unmanaged.get(&(&workload, direction)) else {
+        return Vec::new();
+    };
+    peers
+        .iter()
+        .filter(|p| {
+            !(p.peer == Reserved::Host
+                && direction == Direction::Ingress
+                && host == HostTraffic::Allowed)
+        })
+        .map(|p| {
+            let what = match (p.peer, direction) {
+                (Reserved::Host, Direction::Ingress) => "host (the node: kubelet probes)",
+                (peer, _) => peer.as_str(),
+            };
+            format!(
+                "{what} on {} {} ({} flows)",
+                p.protocol.as_str(),
+                p.port,
+                p.seen.flows
+            )
+        })
+        .collect()
 }
 
 /// Exact principals (`<trust domain>/ns/<namespace>/sa/<account>`) of the rules that more
@@ -244,7 +324,13 @@ mod tests {
             egress(json!([{"to": [{"namespaceSelector": {}}],
                            "ports": [{"protocol": "TCP", "port": 53}]}])),
         );
-        let facts = facts(&[web_only, with_dns, tcp_dns_only], [], &cluster());
+        let facts = facts(
+            &[web_only, with_dns, tcp_dns_only],
+            [],
+            &cluster(),
+            &[],
+            HostTraffic::Allowed,
+        );
         let of = |name: &str| &facts.policies[&("shop".to_owned(), name.to_owned())];
         assert!(of("no-dns").dns_denied);
         assert!(!of("dns").dns_denied);
@@ -260,6 +346,111 @@ mod tests {
         );
     }
 
+    /// What learning saw of `api` with peers no rule can name: probes from its node and
+    /// traffic from another node into it, and calls to the API server out of it.
+    fn learned_with_reserved_peers() -> Vec<AllowListSummary> {
+        use ne_flow::edge::{Edge, Provider};
+        use ne_flow::flow::{Endpoint, EndpointId, Timestamp, WorkloadKind};
+        let api = Endpoint::new(EndpointId::Workload(WorkloadRef {
+            namespace: "shop".into(),
+            kind: WorkloadKind::Deployment,
+            name: "api".into(),
+        }));
+        let edge = |direction, peer, protocol, port| Edge {
+            subject: api.clone(),
+            direction,
+            peer: Endpoint::new(EndpointId::Reserved(peer)),
+            protocol,
+            port,
+            peer_dns: None,
+            denied_by: None,
+        };
+        let edges = [
+            (
+                edge(Direction::Ingress, Reserved::Host, Protocol::Tcp, 8080),
+                40,
+            ),
+            (
+                edge(
+                    Direction::Ingress,
+                    Reserved::RemoteNode,
+                    Protocol::Tcp,
+                    8080,
+                ),
+                3,
+            ),
+            (
+                edge(
+                    Direction::Egress,
+                    Reserved::KubeApiserver,
+                    Protocol::Tcp,
+                    443,
+                ),
+                12,
+            ),
+        ];
+        let learned = ne_policy::allowlist::learn(
+            edges
+                .iter()
+                .map(|(edge, count)| ne_policy::allowlist::AggregatedEdge {
+                    edge,
+                    count: *count,
+                    first_seen: Timestamp(1),
+                    last_seen: Timestamp(2),
+                }),
+            &cluster(),
+            Provider::Cilium,
+            &Default::default(),
+        );
+        learned.summary.allow_lists
+    }
+
+    #[test]
+    fn peers_no_rule_can_name_are_hazards_and_the_nodes_own_traffic_only_where_enforced() {
+        let ingress = policy(
+            "ingress",
+            json!({
+                "backend": "kubernetes", "mode": "monitor", "direction": "Ingress",
+                "targetRef": {"kind": "Deployment", "name": "api"},
+                "kubernetes": {"podSelector": {"matchLabels": {"app": "api"}},
+                               "policyTypes": ["Ingress"], "ingress": []},
+            }),
+        );
+        let egress = policy("egress", egress(json!([])));
+        let istio = policy(
+            "istio",
+            json!({
+                "backend": "istio", "mode": "monitor", "direction": "Ingress",
+                "targetRef": {"kind": "Deployment", "name": "api"},
+                "istio": {"selector": {"matchLabels": {"app": "api"}}, "rules": []},
+            }),
+        );
+        let learned = learned_with_reserved_peers();
+        let policies = [ingress, egress, istio];
+        let of = |host| {
+            let facts = facts(&policies, [], &cluster(), &learned, host);
+            let get = |name: &str| {
+                facts.policies[&("shop".to_owned(), name.to_owned())]
+                    .unexpressible
+                    .clone()
+            };
+            (get("ingress"), get("egress"), get("istio"))
+        };
+        let (ingress, egress, istio) = of(HostTraffic::Allowed);
+        assert_eq!(ingress, ["remote-node on TCP 8080 (3 flows)"]);
+        assert_eq!(egress, ["kube-apiserver on TCP 443 (12 flows)"]);
+        assert!(istio.is_empty(), "ztunnel names peers by principal");
+        let (ingress, egress, _) = of(HostTraffic::Enforced);
+        assert_eq!(
+            ingress,
+            [
+                "host (the node: kubelet probes) on TCP 8080 (40 flows)",
+                "remote-node on TCP 8080 (3 flows)"
+            ]
+        );
+        assert_eq!(egress, ["kube-apiserver on TCP 443 (12 flows)"]);
+    }
+
     #[test]
     fn principals_several_workloads_run_as_are_named_with_them() {
         let w = policy(
@@ -273,7 +464,7 @@ mod tests {
                 ]},
             }),
         );
-        let facts = facts(&[w], [], &cluster());
+        let facts = facts(&[w], [], &cluster(), &[], HostTraffic::Allowed);
         let f = &facts.policies[&("shop".to_owned(), "ingress".to_owned())];
         assert_eq!(
             f.shared_principals,

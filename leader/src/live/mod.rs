@@ -156,6 +156,7 @@ async fn controller(
         identity: identity(args),
         pod_history_retention: args.pod_history_retention,
         pod_history_max: args.pod_history_max,
+        host_traffic: args.host_traffic,
     };
     let controller = Controller::start(
         client,

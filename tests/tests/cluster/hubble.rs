@@ -144,6 +144,17 @@ pub fn denied_tcp_flow_by(src: &Side<'_>, dst: &Side<'_>, port: u16, name: &str)
     format!("{line}\n")
 }
 
+/// A forwarded TCP connection from another node (`reserved:remote-node`, at `ip`) into
+/// `dst:port`, as Hubble reports it at the destination's ingress: a peer no NetworkPolicy
+/// rule can name. One JSON line.
+pub fn remote_node_tcp_flow(ip: &str, dst: &Side<'_>, port: u16) -> String {
+    let mut line: serde_json::Value =
+        serde_json::from_str(&observed(dst, dst, port, true)).unwrap();
+    line["flow"]["IP"]["source"] = json!(ip);
+    line["flow"]["source"] = json!({"identity": 6, "labels": ["reserved:remote-node"]});
+    format!("{line}\n")
+}
+
 /// One observation of `src → dst:port`: at the destination's ingress when `at_ingress`,
 /// else at the source's egress.
 fn observed(src: &Side<'_>, dst: &Side<'_>, port: u16, at_ingress: bool) -> String {

@@ -10,7 +10,11 @@
 //! - `OtherPolicies`: another NetworkPolicy (or AuthorizationPolicy) already selects the
 //!   same pods for this direction: what either allows passes, and a DENY policy wins;
 //! - `SharedIdentity`: a principal the rules allow is shared by several workloads, so
-//!   allowing it allows them all.
+//!   allowing it allows them all;
+//! - `UnexpressiblePeers`: learning saw the workload talk in this direction with peers no
+//!   rule can name (remote-node, kube-apiserver, host, ...): protect mode blocks them. The
+//!   node's own traffic into its pods (kubelet probes) counts only where the data plane
+//!   applies policies to it (`--host-traffic enforced`).
 
 use ne_crds::{
     Backend, PolicyDirection, TargetRef, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
@@ -78,7 +82,7 @@ pub(super) fn protect_safe(
             true,
             "NoKnownHazard",
             "nothing known would break in protect mode (rules, DNS, other policies on these \
-             pods and shared identities were checked)"
+             pods, shared identities and peers no rule can name were checked)"
                 .to_owned(),
         ),
         Some(first) => (
@@ -153,6 +157,16 @@ pub fn hazards(subject: Subject<'_>, world: &World<'_>) -> Vec<Hazard> {
                 "these principals are shared by several workloads, so allowing one allows them \
                  all: {}",
                 facts.shared_principals.join("; ")
+            ),
+        });
+    }
+    if !facts.unexpressible.is_empty() {
+        hazards.push(Hazard {
+            reason: "UnexpressiblePeers",
+            message: format!(
+                "learning saw {direction} traffic with peers no rule can name, which protect \
+                 mode blocks: {}",
+                facts.unexpressible.join(", ")
             ),
         });
     }

@@ -38,7 +38,7 @@ pub use render::{
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, MAX_NAME_LEN, PeerEvidenceRow, Proposal, RenderError,
     kube_time, proposal_name, render_proposal,
 };
-pub use summary::{AllowListSummary, InvalidEdge, LearnSummary, PeerSkip, Tally};
+pub use summary::{AllowListSummary, InvalidEdge, LearnSummary, PeerSkip, Tally, UnmanagedPeer};
 
 use crate::resolve::{Resolution, Resolver, Seen, Unresolved};
 use ne_flow::edge::{Edge, Provider};
@@ -151,6 +151,7 @@ struct Entry {
     selectors: BTreeSet<SelectorKey>,
     peers: BTreeMap<PeerKey, BTreeMap<(Protocol, u16), Evidence>>,
     omitted: Tally,
+    unmanaged: BTreeMap<(Reserved, Protocol, u16), Tally>,
 }
 
 /// Builds allow-lists edge by edge.
@@ -240,6 +241,7 @@ impl<'r> Learner<'r> {
                 selectors: BTreeSet::new(),
                 peers: BTreeMap::new(),
                 omitted: Tally::default(),
+                unmanaged: BTreeMap::new(),
             });
         entry.selectors.insert(selector);
         let s = &mut self.summary;
@@ -258,7 +260,14 @@ impl<'r> Learner<'r> {
                 entry.omitted.add(e.count);
                 let tally = match omission {
                     PeerOmission::Unresolved(why) => s.unresolved_peers.entry(why).or_default(),
-                    PeerOmission::Unmanaged(r) => s.unmanaged_peers.entry(r).or_default(),
+                    PeerOmission::Unmanaged(r) => {
+                        entry
+                            .unmanaged
+                            .entry((r, e.edge.protocol, e.edge.port))
+                            .or_default()
+                            .add(e.count);
+                        s.unmanaged_peers.entry(r).or_default()
+                    }
                 };
                 tally.add(e.count);
             }
@@ -371,6 +380,16 @@ impl<'r> Learner<'r> {
                 ports: list.peers.values().map(BTreeMap::len).sum(),
                 flows: list.flow_count(),
                 omitted: entry.omitted,
+                unmanaged: entry
+                    .unmanaged
+                    .into_iter()
+                    .map(|((peer, protocol, port), seen)| UnmanagedPeer {
+                        peer,
+                        protocol,
+                        port,
+                        seen,
+                    })
+                    .collect(),
                 selector_conflict: entry.selectors.len() > 1,
             });
             if !list.peers.is_empty() {

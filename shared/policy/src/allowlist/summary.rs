@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::resolve::Unresolved;
-use ne_flow::flow::{Direction, Reserved, WorkloadKind, WorkloadRef};
+use ne_flow::flow::{Direction, Protocol, Reserved, WorkloadKind, WorkloadRef};
 
 /// Edges and the flows they stand for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -104,8 +104,21 @@ pub struct AllowListSummary {
     pub flows: u64,
     /// Flows of this subject and direction whose peer could not be expressed.
     pub omitted: Tally,
+    /// Of those, the peers no rule can name (host, remote-node, kube-apiserver, health,
+    /// ingress, unmanaged), by peer, protocol and port: traffic a protect-mode policy of
+    /// this direction blocks unless the data plane lets it through by itself.
+    pub unmanaged: Vec<UnmanagedPeer>,
     /// Different selectors were resolved for the subject; the smallest was used.
     pub selector_conflict: bool,
+}
+
+/// Traffic of one subject and direction with a peer no policy rule can name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct UnmanagedPeer {
+    pub peer: Reserved,
+    pub protocol: Protocol,
+    pub port: u16,
+    pub seen: Tally,
 }
 
 /// What learning did with every edge. Every input edge is counted exactly once, either in
