@@ -86,6 +86,14 @@ pub struct LostLabel {
     pub cause: &'static str,
 }
 
+/// Label set `{reason}` of entries the shipper forgot: `idle` (not seen for
+/// `--idle-expiry`) or `pressure` (a table near its capacity shed its least recently seen
+/// shipped entries).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExpiryLabel {
+    pub reason: &'static str,
+}
+
 /// Label set `{event}` of log-file events (ztunnel source).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FileEventLabel {
@@ -122,6 +130,8 @@ pub struct AgentMetrics {
     pub ship_rejects: Counter,
     /// Entries not shipped because one alone exceeds the message or table limits.
     pub ship_oversized: Counter,
+    /// Entries forgotten after the leader acked them, by reason.
+    pub edges_expired: Family<ExpiryLabel, Counter>,
     /// Batches sent and not yet acked.
     pub ship_unacked: Gauge,
     /// 1 while a stream to the leader is up.
@@ -229,6 +239,12 @@ impl AgentMetrics {
         ] {
             r.register(name, help, counter.clone());
         }
+        r.register(
+            "agent_edges_expired",
+            "Entries forgotten once the leader had them: idle for --idle-expiry, or shed under \
+             pressure (a table near its capacity)",
+            self.edges_expired.clone(),
+        );
         r.register(
             "agent_source_file_events",
             "Log-file events of the ztunnel tailer (opened, rotated, truncated, ...)",

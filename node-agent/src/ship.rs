@@ -273,7 +273,7 @@ async fn stream(
                 }
                 if unacked.is_empty() {
                     for (_, table) in tables.each() {
-                        expire(table, flow_clock, config.idle_expiry);
+                        expire(table, flow_clock, config, metrics);
                     }
                 }
             }
@@ -367,12 +367,45 @@ async fn send(
     .map_err(|_| anyhow::anyhow!("the stream to the leader closed"))
 }
 
-/// Forgets entries not seen for `idle` before `flow_clock`, the latest flow time shipped
-/// (every drained batch is acked when this runs).
-fn expire(table: &FlowTable, flow_clock: i64, idle: Duration) {
-    let cutoff = flow_clock.saturating_sub(i64::try_from(idle.as_nanos()).unwrap_or(i64::MAX));
-    let removed = table.expire_idle(Timestamp(cutoff));
-    if removed > 0 {
-        tracing::debug!(removed, "expired idle edges");
+/// A table holding more than this share of its capacity after the idle expiry sheds
+/// entries under pressure ([`expire`]) ...
+pub const PRESSURE_HIGH: f64 = 0.9;
+/// ... down to this share.
+pub const PRESSURE_TARGET: f64 = 0.75;
+
+/// Forgets entries not seen for `idle_expiry` before `flow_clock`, the latest flow time
+/// shipped (every drained batch is acked when this runs, so the leader holds what is
+/// forgotten). Then, should the table still be over [`PRESSURE_HIGH`] of its capacity (a
+/// flood of new edges, a port scan), it sheds the shipped entries seen least recently,
+/// down to [`PRESSURE_TARGET`], sparing those seen within the last flush interval. New
+/// edges then find room again once the flood stops, instead of being dropped until the
+/// flood's entries turn idle; an entry shed and seen again is a new incarnation, which the
+/// leader adds to the old one.
+fn expire(table: &FlowTable, flow_clock: i64, config: &ShipConfig, metrics: &AgentMetrics) {
+    let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    let count = |reason, n: usize| {
+        if n > 0 {
+            metrics
+                .edges_expired
+                .get_or_create(&crate::metrics::ExpiryLabel { reason })
+                .inc_by(n as u64);
+        }
+    };
+    let idle = table.expire_idle(Timestamp(
+        flow_clock.saturating_sub(nanos(config.idle_expiry)),
+    ));
+    count("idle", idle);
+    let capacity = table.capacity() as f64;
+    let shed = if table.len() as f64 > capacity * PRESSURE_HIGH {
+        table.shed_least_recent(
+            (capacity * PRESSURE_TARGET) as usize,
+            Timestamp(flow_clock.saturating_sub(nanos(config.flush_interval))),
+        )
+    } else {
+        0
+    };
+    count("pressure", shed);
+    if idle + shed > 0 {
+        tracing::debug!(idle, shed, "expired edges");
     }
 }

@@ -377,6 +377,47 @@ async fn acked_idle_entries_expire_at_the_agent_only() {
     l.server.abort();
 }
 
+/// A flood of new edges fills the agent's table: once the leader has acked them, the
+/// shipper sheds the least recently seen down to 75 % of the capacity (counted), the leader
+/// keeps every one, and a new edge finds room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_table_sheds_its_least_recent_shipped_entries_and_takes_new_edges_again() {
+    const SECOND: i64 = 1_000_000_000;
+    let l = leader(true, 1).await;
+    let table = Arc::new(FlowTable::new(100));
+    let mut model = Model::new();
+    for i in 1..=100 {
+        record(
+            &table,
+            &mut model,
+            &edge(i, i, 80),
+            i64::from(i) * SECOND,
+            1,
+        );
+    }
+    let late = edge(500, 500, 80);
+    assert_eq!(
+        table.record(&late, Timestamp(101 * SECOND), 1),
+        ne_flow::table::RecordOutcome::Dropped
+    );
+    let (state, metrics, task) = start_agent(config(&[l.address], 1), table.clone());
+    converges(&l.index, &model, "every flooded edge").await;
+    eventually("the table sheds under pressure", || table.len() <= 75).await;
+    let oldest = table.snapshot().iter().map(|s| s.last_seen.0).min();
+    assert_eq!(oldest, Some(26 * SECOND), "the 25 least recently seen went");
+    let pressure = metrics
+        .edges_expired
+        .get_or_create(&ne_node_agent::metrics::ExpiryLabel { reason: "pressure" })
+        .get();
+    assert_eq!(pressure, 25);
+    assert_eq!(index_of(&l.index).await, model, "the leader keeps them all");
+    record(&table, &mut model, &late, 101 * SECOND, 1);
+    converges(&l.index, &model, "the late edge, after the flood").await;
+    state.shut_down();
+    task.await.unwrap();
+    l.server.abort();
+}
+
 /// An entry too large for one message even alone is not shipped, and is counted; the
 /// others still reach the leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

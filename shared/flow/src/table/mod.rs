@@ -309,6 +309,33 @@ impl FlowTable {
         self.len.fetch_sub(removed, Ordering::AcqRel);
         removed
     }
+
+    /// Removes drained entries (not dirty) last seen before `before`, least recently seen
+    /// first, until at most `keep` entries are left or none such is; returns how many were
+    /// removed. Entries last seen at the same time go together, so a few more may go.
+    ///
+    /// One pass reads the candidates' times (8 bytes each) to find the cutoff, one more
+    /// removes them as [`FlowTable::expire_idle`] does.
+    pub fn shed_least_recent(&self, keep: usize, before: Timestamp) -> usize {
+        let excess = self.len().saturating_sub(keep);
+        if excess == 0 {
+            return 0;
+        }
+        let mut times: Vec<i64> = self
+            .map
+            .iter()
+            .filter(|slot| !slot.stats.dirty.load(Ordering::SeqCst))
+            .map(|slot| slot.stats.last_seen.load(Ordering::Relaxed))
+            .filter(|&t| t < before.0)
+            .collect();
+        let cutoff = if times.len() <= excess {
+            before.0
+        } else {
+            let (_, nth, _) = times.select_nth_unstable(excess - 1);
+            nth.saturating_add(1)
+        };
+        self.expire_idle(Timestamp(cutoff))
+    }
 }
 
 #[cfg(test)]

@@ -315,6 +315,35 @@ fn expire_idle_removes_only_shipped_quiet_entries_and_frees_capacity() {
 }
 
 #[test]
+fn shedding_removes_shipped_entries_least_recently_seen_first_and_spares_the_rest() {
+    let table = FlowTable::new(10);
+    let edges: Vec<Edge> = (1..=10).map(|i| edge(k(i, 1, 80))).collect();
+    for (t, e) in (1..).zip(&edges) {
+        table.record(e, Timestamp(t), 1);
+    }
+    assert_eq!(table.drain_dirty().len(), 10);
+    // Seen again, not shipped since: spared although its time is old.
+    table.record(&edges[1], Timestamp(2), 1);
+    let left = |table: &FlowTable| -> BTreeSet<i64> {
+        table.snapshot().iter().map(|s| s.last_seen.0).collect()
+    };
+
+    // Four to go, among the shipped ones before time 9: times 1, 3, 4 and 5.
+    assert_eq!(table.shed_least_recent(6, Timestamp(9)), 4);
+    assert_eq!(left(&table), BTreeSet::from([2, 6, 7, 8, 9, 10]));
+    // Fewer candidates than the excess: every shipped entry before the bound goes, no more.
+    assert_eq!(table.shed_least_recent(0, Timestamp(8)), 2);
+    assert_eq!(left(&table), BTreeSet::from([2, 8, 9, 10]));
+    // Within the bound already: nothing.
+    assert_eq!(table.shed_least_recent(4, Timestamp(100)), 0);
+    // The freed room takes new keys.
+    assert_eq!(
+        table.record(&edge(k(20, 1, 80)), Timestamp(11), 1),
+        RecordOutcome::Inserted
+    );
+}
+
+#[test]
 fn record_flow_derives_the_edge_and_uses_connections_and_time() {
     let table = FlowTable::new(10);
     let flow = FlowRecord {
