@@ -78,6 +78,9 @@ pub struct Report {
     pub flow_to_table: Option<Latency>,
     /// Flow → first seen in the leader's merged index (new edges only).
     pub flow_to_index: Option<Latency>,
+    /// Flow → the violation record the planner writes for it (records new since the mark,
+    /// with the proposals promoted to monitor-mode policies at the mark).
+    pub flow_to_violation: Option<Latency>,
 }
 
 /// A latency summary in milliseconds.

@@ -124,6 +124,10 @@ pub fn mode(args: &LoadArgs, mode: Mode, r: &ModeResult) {
                 "flow → central index (new edges)",
                 r.leader.last.flow_to_index,
             );
+            latency(
+                "flow → violation record (monitor mode, new records)",
+                r.leader.last.flow_to_violation,
+            );
             writes(&r.leader);
             println!("  edges: {}", r.leader.after.edges);
         }
@@ -163,8 +167,9 @@ pub fn mode(args: &LoadArgs, mode: Mode, r: &ModeResult) {
                 "flow → leader index (new edges)",
                 r.leader.last.flow_to_index,
             );
-            println!(
-                "  flow → violation record: not measured (the leader keeps no violation records yet)"
+            latency(
+                "flow → violation record (monitor mode, new records)",
+                r.leader.last.flow_to_violation,
             );
             writes(&r.leader);
             let table_full: u64 = r.agents.iter().map(|a| a.after.table_full).sum();

@@ -24,12 +24,15 @@ use anyhow::Context as _;
 use hdrhistogram::Histogram;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff;
-use ne_crds::WorkloadNetworkPolicyProposal;
+use ne_crds::{
+    Mode, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal, WorkloadNetworkPolicySpec,
+};
 use ne_flow::edge::Provider;
 use ne_flow::table::{EdgeKey, FlowTable};
 use ne_leader::auth::Insecure;
 use ne_leader::controller::plan::{self, Action, Config, Workload, WorkloadKey, World};
 use ne_leader::ingest::{IndexHandle, IngestLimits, IngestService, LeaderMetrics};
+use ne_leader::violations::detect::{Traffic, detect};
 use ne_node_agent::metrics::AgentMetrics;
 use ne_node_agent::ship::{self, ShipConfig};
 use ne_node_agent::sink::FlowSink;
@@ -151,7 +154,10 @@ pub async fn agent(
 
 /// Every flush, renders proposals and plans them with the controller's own planner against
 /// an in-memory cluster (what the writes would have made), counting the writes; records how
-/// long new keys took to appear.
+/// long new keys took to appear. At the mark, every proposal is promoted to a monitor-mode
+/// policy; from then on each flush also detects violations (the leader's own `detect`) and
+/// plans their records, and the time from a new record's first flow to the flush that
+/// plans it is the flow → violation record latency.
 struct Flusher {
     provider: Provider,
     options: LearnOptions,
@@ -162,6 +168,9 @@ struct Flusher {
     config: Config,
     seen: HashSet<EdgeKey>,
     new_keys: Histogram<u64>,
+    /// The proposals promoted at the mark, with the statuses the counted writes made.
+    policies: Vec<WorkloadNetworkPolicy>,
+    new_violations: Histogram<u64>,
     marked: bool,
     report: Report,
 }
@@ -183,9 +192,37 @@ impl Flusher {
             },
             seen: HashSet::new(),
             new_keys: micros_histogram(),
+            policies: Vec::new(),
+            new_violations: micros_histogram(),
             marked: false,
             report: Report::default(),
         }
+    }
+
+    /// Starts the window: counts from now on, and promotes every proposal to a monitor-mode
+    /// policy, so that new traffic after this is a violation of its workload's policy.
+    fn mark(&mut self) {
+        self.marked = true;
+        self.policies = self
+            .cluster
+            .iter()
+            .map(|p| {
+                let mut w = WorkloadNetworkPolicy::new(
+                    p.metadata.name.as_deref().unwrap_or_default(),
+                    WorkloadNetworkPolicySpec {
+                        backend: p.spec.backend,
+                        kubernetes: p.spec.kubernetes.clone(),
+                        istio: p.spec.istio.clone(),
+                        target_ref: p.spec.target_ref.clone(),
+                        direction: p.spec.direction,
+                        mode: Mode::Monitor,
+                    },
+                );
+                w.metadata.namespace = p.metadata.namespace.clone();
+                w.metadata.uid = p.metadata.uid.as_ref().map(|uid| format!("{uid}-policy"));
+                w
+            })
+            .collect();
     }
 
     /// Notes the keys not seen before; their first flow's age is the latency.
@@ -224,21 +261,56 @@ impl Flusher {
             jiff::Timestamp::from_second(now_nanos() / 1_000_000_000)
                 .unwrap_or(jiff::Timestamp::UNIX_EPOCH),
         );
+        let detected = detect(
+            Traffic {
+                edges: merged,
+                ..Traffic::default()
+            },
+            &self.policies,
+            &ne_policy::resolve::RecordOnly,
+            self.config.backend,
+        );
         let world = World {
             learned: &proposals,
             workloads: &self.workloads,
             proposals: &self.cluster,
-            policies: &[],
+            policies: &self.policies,
             network_policies: &[],
             authorization_policies: None,
-            observations: &BTreeMap::new(),
+            observations: &detected.observations,
             rule_issues: &BTreeMap::new(),
             safety: &Default::default(),
             now: &now,
         };
         let plan = plan::plan(&world, &self.config);
+        let planned_at = now_nanos();
         let (mut spec_writes, mut status_writes) = (0, 0);
         for action in plan.actions {
+            if let Action::ApplyViolations {
+                key,
+                status,
+                observed,
+                ..
+            } = &action
+                && let Some(w) = self.policies.iter_mut().find(|w| {
+                    w.metadata.name.as_ref() == Some(&key.name)
+                        && w.metadata.namespace.as_ref() == Some(&key.namespace)
+                })
+            {
+                let known = |id| {
+                    w.status
+                        .as_ref()
+                        .is_some_and(|s| s.violations.iter().any(|v| v.id == id))
+                };
+                for r in observed.iter().filter(|r| !known(r.id)) {
+                    let first = r.first_seen.0.as_nanosecond();
+                    let us = (i128::from(planned_at) - first).max(1_000) / 1_000;
+                    self.new_violations
+                        .saturating_record(u64::try_from(us).unwrap_or(u64::MAX));
+                }
+                // The write "succeeds": the policy now holds the status.
+                w.status = Some((**status).clone());
+            }
             if let Action::ApplyProposal {
                 object,
                 spec,
@@ -261,6 +333,7 @@ impl Flusher {
         }
         self.report.flushes += 1;
         self.report.proposals = proposals.len() as u64;
+        self.report.flow_to_violation = Some(Latency::of_micros(&self.new_violations));
         if self.marked {
             self.report.spec_writes += spec_writes;
             self.report.status_writes += status_writes;
@@ -316,7 +389,7 @@ pub async fn leader(args: RoleArgs) -> anyhow::Result<()> {
             command = commands.recv() => match command {
                 Some(Command::Sample) => control::emit(&report(&flusher)),
                 Some(Command::Mark) => {
-                    flusher.marked = true;
+                    flusher.mark();
                     control::emit(&report(&flusher));
                 }
                 Some(Command::Stop) | None => break,
@@ -372,7 +445,7 @@ pub async fn central(sockets: Vec<PathBuf>, args: RoleArgs) -> anyhow::Result<()
             command = commands.recv() => match command {
                 Some(Command::Sample) => control::emit(&report(&flusher)),
                 Some(Command::Mark) => {
-                    flusher.marked = true;
+                    flusher.mark();
                     control::emit(&report(&flusher));
                 }
                 Some(Command::Stop) | None => break,
