@@ -72,6 +72,9 @@ pub struct Report {
     pub status_writes: u64,
     /// The most spec writes one flush made, since the mark.
     pub max_spec_writes: u64,
+    /// Policies whose violation records changed at a flush (an API write each), since the
+    /// mark.
+    pub violation_writes: u64,
     /// Proposals at the last flush.
     pub proposals: u64,
     /// Flow (stamped by the Hubble server) → FlowTable.

@@ -71,12 +71,13 @@ fn writes(m: &Measured) {
     let flushes = delta(m, |r| r.flushes).max(1);
     let last = &m.last;
     println!(
-        "  API writes per flush interval (counting sink, {} flushes, {} proposals): spec {:.2} (max {}), status {:.2}",
+        "  API writes per flush interval (counting sink, {} flushes, {} proposals, promoted at the window's start): proposal spec {:.2} (max {}), proposal status {:.2}, violation records {:.2}",
         flushes,
         last.proposals,
         last.spec_writes as f64 / flushes as f64,
         last.max_spec_writes,
-        last.status_writes as f64 / flushes as f64
+        last.status_writes as f64 / flushes as f64,
+        last.violation_writes as f64 / flushes as f64
     );
 }
 

@@ -310,6 +310,7 @@ impl Flusher {
                 }
                 // The write "succeeds": the policy now holds the status.
                 w.status = Some((**status).clone());
+                self.report.violation_writes += u64::from(self.marked);
             }
             if let Action::ApplyProposal {
                 object,
