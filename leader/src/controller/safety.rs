@@ -10,10 +10,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use ne_crds::{
     Backend, PolicyDirection, TargetRef, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
 };
-use ne_flow::flow::{Direction, Protocol, Reserved, WorkloadRef};
+use ne_flow::flow::{Direction, Protocol, Reserved};
 use ne_policy::allowlist::{AllowListSummary, UnmanagedPeer};
 use ne_policy::eval::{self, FlowView, PeerView, PolicyRef};
 use ne_policy::resolve::{ClusterSnapshot, ResolvedPod};
+
+use crate::attribution::{TargetKey, target_key};
 
 /// Where the cluster's DNS pods are, and the label they carry (CoreDNS and kube-dns alike).
 pub const DNS_NAMESPACE: &str = "kube-system";
@@ -66,9 +68,9 @@ pub fn facts<'p>(
     learned: &[AllowListSummary],
     host: HostTraffic,
 ) -> Safety {
-    let unmanaged: HashMap<(&WorkloadRef, Direction), &[UnmanagedPeer]> = learned
+    let unmanaged: HashMap<TargetKey, &[UnmanagedPeer]> = learned
         .iter()
-        .map(|s| ((&s.subject, s.direction), s.unmanaged.as_slice()))
+        .map(|s| (target_key(&s.subject, s.direction), s.unmanaged.as_slice()))
         .collect();
     let mut by_owner: HashMap<(&str, &str, &str), &ResolvedPod> = HashMap::new();
     let mut dns = Vec::new();
@@ -169,39 +171,29 @@ fn unexpressible(
     policy: PolicyRef<'_>,
     namespace: &str,
     target: &TargetRef,
-    unmanaged: &HashMap<(&WorkloadRef, Direction), &[UnmanagedPeer]>,
+    unmanaged: &HashMap<TargetKey, &[UnmanagedPeer]>,
     host: HostTraffic,
 ) -> Vec<String> {
     if policy.backend != Backend::Kubernetes {
         return Vec::new();
     }
-    let direction = match policy.direction {
-        PolicyDirection::Ingress => Direction::Ingress,
-        PolicyDirection::Egress => Direction::Egress,
-    };
-    let workload = WorkloadRef {
-        namespace: namespace.into(),
-        kind: match target.kind {
-            ne_crds::TargetKind::Deployment => ne_flow::flow::WorkloadKind::Deployment,
-            ne_crds::TargetKind::StatefulSet => ne_flow::flow::WorkloadKind::StatefulSet,
-            ne_crds::TargetKind::DaemonSet => ne_flow::flow::WorkloadKind::DaemonSet,
-        },
-        name: target.name.as_str().into(),
-    };
-    let Some(peers) = unmanaged.get(&(&workload, direction)) else {
+    let key = (
+        namespace.to_owned(),
+        target.kind,
+        target.name.clone(),
+        policy.direction,
+    );
+    let Some(peers) = unmanaged.get(&key) else {
         return Vec::new();
     };
+    let ingress = policy.direction == PolicyDirection::Ingress;
     peers
         .iter()
-        .filter(|p| {
-            !(p.peer == Reserved::Host
-                && direction == Direction::Ingress
-                && host == HostTraffic::Allowed)
-        })
+        .filter(|p| !(p.peer == Reserved::Host && ingress && host == HostTraffic::Allowed))
         .map(|p| {
-            let what = match (p.peer, direction) {
-                (Reserved::Host, Direction::Ingress) => "host (the node: kubelet probes)",
-                (peer, _) => peer.as_str(),
+            let what = match p.peer {
+                Reserved::Host if ingress => "host (the node: kubelet probes)",
+                peer => peer.as_str(),
             };
             format!(
                 "{what} on {} {} ({} flows)",
@@ -350,7 +342,7 @@ mod tests {
     /// traffic from another node into it, and calls to the API server out of it.
     fn learned_with_reserved_peers() -> Vec<AllowListSummary> {
         use ne_flow::edge::{Edge, Provider};
-        use ne_flow::flow::{Endpoint, EndpointId, Timestamp, WorkloadKind};
+        use ne_flow::flow::{Endpoint, EndpointId, Timestamp, WorkloadKind, WorkloadRef};
         let api = Endpoint::new(EndpointId::Workload(WorkloadRef {
             namespace: "shop".into(),
             kind: WorkloadKind::Deployment,
