@@ -19,7 +19,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff;
 use ne_benches::cluster::cluster;
-use ne_crds::{Mode, WorkloadNetworkPolicy, WorkloadNetworkPolicySpec};
+use ne_crds::{Mode, WorkloadNetworkPolicy};
 use ne_flow::edge::{Edge, Provider};
 use ne_flow::flow::{
     Direction, Endpoint, EndpointId, Protocol, Timestamp, WorkloadKind, WorkloadRef,
@@ -99,21 +99,12 @@ fn round(c: &mut Criterion) {
     let policies: Vec<WorkloadNetworkPolicy> = learned.proposals[..POLICIES]
         .iter()
         .map(|p| {
-            let mut kubernetes = p.spec.kubernetes.clone();
-            if let Some(rules) = kubernetes.as_mut().and_then(|k| k.ingress.as_mut()) {
+            let mut spec = p.spec.promoted(Mode::Monitor);
+            if let Some(rules) = spec.kubernetes.as_mut().and_then(|k| k.ingress.as_mut()) {
                 rules.pop();
             }
-            let mut w = WorkloadNetworkPolicy::new(
-                p.metadata.name.as_deref().unwrap_or_default(),
-                WorkloadNetworkPolicySpec {
-                    backend: p.spec.backend,
-                    kubernetes,
-                    istio: p.spec.istio.clone(),
-                    target_ref: p.spec.target_ref.clone(),
-                    direction: p.spec.direction,
-                    mode: Mode::Monitor,
-                },
-            );
+            let mut w =
+                WorkloadNetworkPolicy::new(p.metadata.name.as_deref().unwrap_or_default(), spec);
             w.metadata.namespace = p.metadata.namespace.clone();
             w.metadata.uid = Some(format!(
                 "uid-{}",

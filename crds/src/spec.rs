@@ -268,6 +268,20 @@ pub struct WorkloadNetworkPolicyProposalSpec {
     pub direction: PolicyDirection,
 }
 
+impl WorkloadNetworkPolicyProposalSpec {
+    /// The spec of the policy this proposal is promoted to, in `mode`.
+    pub fn promoted(&self, mode: Mode) -> WorkloadNetworkPolicySpec {
+        WorkloadNetworkPolicySpec {
+            backend: self.backend,
+            kubernetes: self.kubernetes.clone(),
+            istio: self.istio.clone(),
+            target_ref: self.target_ref.clone(),
+            direction: self.direction,
+            mode,
+        }
+    }
+}
+
 /// Spec of a WorkloadNetworkPolicy: a policy in force for one workload and direction.
 // Each `printcolumn(...)` repeats `type_ = ...`; that is not a duplicated attribute.
 #[allow(clippy::duplicated_attributes)]

@@ -188,17 +188,7 @@ fn promoted(
     .into_iter()
     .find(|p| p.metadata.name.as_deref() == Some("deployment-api-ingress"))
     .unwrap();
-    let mut w = WorkloadNetworkPolicy::new(
-        "deployment-api-ingress",
-        ne_crds::WorkloadNetworkPolicySpec {
-            backend: proposal.spec.backend,
-            kubernetes: proposal.spec.kubernetes.clone(),
-            istio: proposal.spec.istio.clone(),
-            target_ref: proposal.spec.target_ref.clone(),
-            direction: proposal.spec.direction,
-            mode,
-        },
-    );
+    let mut w = WorkloadNetworkPolicy::new("deployment-api-ingress", proposal.spec.promoted(mode));
     w.metadata.namespace = Some(ns.to_owned());
     w
 }

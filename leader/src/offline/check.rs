@@ -448,15 +448,7 @@ pub fn parse_policies(file: &Path, text: &str) -> anyhow::Result<Vec<LoadedPolic
             Some("WorkloadNetworkPolicyProposal") => {
                 let p: WorkloadNetworkPolicyProposal = serde_json::from_value(doc)
                     .with_context(|| format!("{}: invalid WorkloadNetworkPolicyProposal", at()))?;
-                let s = p.spec;
-                let spec = WorkloadNetworkPolicySpec {
-                    backend: s.backend,
-                    kubernetes: s.kubernetes,
-                    istio: s.istio,
-                    target_ref: s.target_ref,
-                    direction: s.direction,
-                    mode: ne_crds::Mode::Monitor,
-                };
+                let spec = p.spec.promoted(ne_crds::Mode::Monitor);
                 (p.metadata.namespace, p.metadata.name, spec)
             }
             _ => continue,

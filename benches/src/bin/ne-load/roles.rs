@@ -24,9 +24,7 @@ use anyhow::Context as _;
 use hdrhistogram::Histogram;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff;
-use ne_crds::{
-    Mode, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal, WorkloadNetworkPolicySpec,
-};
+use ne_crds::{Mode, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal};
 use ne_flow::edge::Provider;
 use ne_flow::table::{EdgeKey, FlowTable};
 use ne_leader::auth::Insecure;
@@ -209,14 +207,7 @@ impl Flusher {
             .map(|p| {
                 let mut w = WorkloadNetworkPolicy::new(
                     p.metadata.name.as_deref().unwrap_or_default(),
-                    WorkloadNetworkPolicySpec {
-                        backend: p.spec.backend,
-                        kubernetes: p.spec.kubernetes.clone(),
-                        istio: p.spec.istio.clone(),
-                        target_ref: p.spec.target_ref.clone(),
-                        direction: p.spec.direction,
-                        mode: Mode::Monitor,
-                    },
+                    p.spec.promoted(Mode::Monitor),
                 );
                 w.metadata.namespace = p.metadata.namespace.clone();
                 w.metadata.uid = p.metadata.uid.as_ref().map(|uid| format!("{uid}-policy"));

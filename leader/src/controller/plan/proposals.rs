@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use ne_crds::{
     Backend, Mode, PROMOTE_LABEL, PROMOTED_FROM_LABEL, WorkloadNetworkPolicy,
-    WorkloadNetworkPolicyProposal, WorkloadNetworkPolicyProposalStatus, WorkloadNetworkPolicySpec,
+    WorkloadNetworkPolicyProposal, WorkloadNetworkPolicyProposalStatus,
 };
 
 use crate::attribution::Targeted;
@@ -352,15 +352,7 @@ fn promote(
         )));
         return;
     }
-    let spec = WorkloadNetworkPolicySpec {
-        backend: p.spec.backend,
-        kubernetes: p.spec.kubernetes.clone(),
-        istio: p.spec.istio.clone(),
-        target_ref: p.spec.target_ref.clone(),
-        direction: p.spec.direction,
-        mode,
-    };
-    let mut policy = WorkloadNetworkPolicy::new(name, spec);
+    let mut policy = WorkloadNetworkPolicy::new(name, p.spec.promoted(mode));
     policy.metadata.namespace = Some(namespace.to_owned());
     policy.metadata.labels = Some(
         [
