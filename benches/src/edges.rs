@@ -17,28 +17,31 @@ fn workload(namespace: &str, name: String) -> Endpoint {
 /// `n` distinct edges with realistic shapes: in-cluster and external peers, both
 /// directions. Every call allocates anew.
 pub fn edges(n: usize) -> Vec<Edge> {
-    (0..n)
-        .map(|i| {
-            let subject = workload(&format!("ns-{}", i % 32), format!("app-{}", i % 997));
-            let peer = if i % 4 == 0 {
-                let ip = Ipv4Addr::from(0x0a00_0000 + i as u32);
-                Endpoint::new(EndpointId::External(IpAddr::V4(ip))).with_ip(Some(IpAddr::V4(ip)))
-            } else {
-                workload("shop", format!("peer-{}", i / 997))
-            };
-            Edge {
-                subject,
-                direction: if i % 2 == 0 {
-                    Direction::Egress
-                } else {
-                    Direction::Ingress
-                },
-                peer,
-                protocol: Protocol::Tcp,
-                port: 1_000 + (i % 50) as u16,
-                peer_dns: None,
-                denied_by: None,
-            }
-        })
-        .collect()
+    (0..n).map(edge).collect()
+}
+
+/// The `i`th edge of [`edges`], with its own allocations: every fourth has an external
+/// peer (all distinct), the others one of about a thousand workload peers; subjects are
+/// 32 namespaces × 997 names.
+pub fn edge(i: usize) -> Edge {
+    let subject = workload(&format!("ns-{}", i % 32), format!("app-{}", i % 997));
+    let peer = if i.is_multiple_of(4) {
+        let ip = Ipv4Addr::from(0x0a00_0000 + i as u32);
+        Endpoint::new(EndpointId::External(IpAddr::V4(ip))).with_ip(Some(IpAddr::V4(ip)))
+    } else {
+        workload("shop", format!("peer-{}", i / 997))
+    };
+    Edge {
+        subject,
+        direction: if i.is_multiple_of(2) {
+            Direction::Egress
+        } else {
+            Direction::Ingress
+        },
+        peer,
+        protocol: Protocol::Tcp,
+        port: 1_000 + (i % 50) as u16,
+        peer_dns: None,
+        denied_by: None,
+    }
 }

@@ -275,7 +275,7 @@ pub fn labels<K: Into<Str>, V: Into<Str>>(pairs: impl IntoIterator<Item = (K, V)
 }
 
 /// One side of a flow.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Endpoint {
     pub id: EndpointId,
     /// The address the record gives, if any.

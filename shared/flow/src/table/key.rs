@@ -1,6 +1,7 @@
-//! The aggregation key of the [`super::FlowTable`] and a borrowed view of it, so that the
-//! hot path can look an [`Edge`] up without building (and so without cloning into) an
-//! owned [`EdgeKey`].
+//! The aggregation key of the [`super::FlowTable`] and borrowed views of it: a key borrowed
+//! from a record being decoded ([`EdgeKeyRef`]), which the table looks up without building
+//! anything owned, and an [`Edge`] seen as a key ([`EdgeView`]), with which a map keyed by
+//! [`EdgeKey`] (the leader's index) is searched without cloning into an owned key.
 //!
 //! The trick: [`EdgeKey`] implements `Borrow<dyn KeyView>`, and both the owned key and a
 //! borrowed [`EdgeView`] hash and compare through the same [`KeyView`] accessors, which
@@ -50,8 +51,8 @@ impl From<&Edge> for EdgeKey {
     }
 }
 
-/// Field access shared by the owned key and the borrowed view. Crate-internal: it exists
-/// only to make `DashMap::get` work on a borrowed edge.
+/// Field access shared by the owned key and the borrowed views: what makes a map keyed by
+/// [`EdgeKey`] searchable with a borrowed edge.
 pub trait KeyView {
     fn subject(&self) -> IdView<'_>;
     fn direction(&self) -> Direction;
@@ -118,6 +119,20 @@ pub struct EdgeKeyRef<'a> {
     pub peer_identity: Option<&'a str>,
     pub protocol: Protocol,
     pub port: u16,
+}
+
+impl<'a> EdgeKeyRef<'a> {
+    /// The key of `edge`, borrowed from it.
+    pub fn of(edge: &'a Edge) -> Self {
+        EdgeKeyRef {
+            subject: edge.subject.id.view(),
+            direction: edge.direction,
+            peer: edge.peer.id.view(),
+            peer_identity: edge.peer.identity.as_deref(),
+            protocol: edge.protocol,
+            port: edge.port,
+        }
+    }
 }
 
 impl KeyView for EdgeKeyRef<'_> {

@@ -7,22 +7,29 @@
 //! changed since the last send, [`FlowTable::snapshot`] for a new or reconnecting stream,
 //! and [`FlowTable::expire_idle`] to forget entries that were shipped and went quiet.
 //!
-//! Concurrency: a [`DashMap`] sharded by key hash. Recording an edge that is already known
-//! takes only a shard *read* lock and updates atomics, and never clones the edge. A new key
-//! takes the shard write lock once. Memory is bounded: past `capacity` entries new keys are
-//! dropped and counted, never blocking the source.
+//! Concurrency: 16 shards, each behind a read-write lock and chosen by the subject's hash.
+//! Recording an edge that is already known takes only its shard's *read* lock and updates
+//! atomics; a new key takes the write lock once. Memory is bounded: past `capacity`
+//! entries new keys are dropped and counted, never blocking the source.
+//!
+//! Memory: a shard interns the endpoints its entries name (module `shard`), so an entry
+//! is 48 bytes of handles and statistics, and an endpoint's strings, labels and address
+//! are stored once however many edges it has. Interned values are reference-counted and
+//! freed with the last entry that uses them.
 //!
 //! Counts and times are totals since the entry was inserted, not deltas: re-sending an
 //! entry is idempotent for the receiver.
 
+mod intern;
 mod key;
+mod shard;
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use dashmap::DashMap;
-use dashmap::mapref::entry::Entry;
-use foldhash::fast::RandomState;
 use serde::{Deserialize, Serialize};
+
+use shard::{Hashes, Probe, Shard};
 
 use crate::edge::{self, Edge, EdgeSkip, Provider};
 use crate::flow::{FlowRecord, Timestamp};
@@ -69,24 +76,24 @@ impl EdgeSnapshot {
 /// The per-entry statistics, updated without the shard write lock.
 #[derive(Debug)]
 struct Stats {
-    /// The entry's incarnation ([`EdgeSnapshot::serial`]).
-    serial: u64,
+    /// The entry's incarnation ([`EdgeSnapshot::serial`]) shifted left by one, and the
+    /// dirty flag in bit 0: set after every update, cleared by [`FlowTable::drain_dirty`]
+    /// before it reads the other fields.
+    serial_dirty: AtomicU64,
     count: AtomicU64,
     first_seen: AtomicI64,
     last_seen: AtomicI64,
-    /// Set after every update, cleared by [`FlowTable::drain_dirty`] before it reads the
-    /// other fields.
-    dirty: AtomicBool,
 }
+
+const DIRTY: u64 = 1;
 
 impl Stats {
     fn new(serial: u64, time: Timestamp, count: u64) -> Self {
         Stats {
-            serial,
+            serial_dirty: AtomicU64::new(serial << 1 | DIRTY),
             count: AtomicU64::new(count),
             first_seen: AtomicI64::new(time.0),
             last_seen: AtomicI64::new(time.0),
-            dirty: AtomicBool::new(true),
         }
     }
 
@@ -111,20 +118,36 @@ impl Stats {
                 });
         }
         // Skip the write when the flag is already set (the hot case between two drains).
-        // Sound because the count update, this load and the drainer's swap and count load
-        // are all SeqCst: if this load still sees `true` although a drain cleared it, the
-        // drain came later in the single total order, and its count load sees this update.
-        if !self.dirty.load(Ordering::SeqCst) {
-            self.dirty.store(true, Ordering::SeqCst);
+        // Sound because the count update, this load and the drainer's clearing and count
+        // load are all SeqCst: if this load still sees the flag although a drain cleared
+        // it, the drain came later in the single total order, and its count load sees this
+        // update.
+        if self.serial_dirty.load(Ordering::SeqCst) & DIRTY == 0 {
+            self.serial_dirty.fetch_or(DIRTY, Ordering::SeqCst);
         }
+    }
+
+    /// Clears the dirty flag; returns whether it was set.
+    fn take_dirty(&self) -> bool {
+        self.serial_dirty.fetch_and(!DIRTY, Ordering::SeqCst) & DIRTY != 0
+    }
+
+    fn is_dirty(&self) -> bool {
+        self.serial_dirty.load(Ordering::SeqCst) & DIRTY != 0
+    }
+
+    /// Whether the entry was drained since its last update and last seen before `time`,
+    /// read under the shard's write lock.
+    fn idle_before(&mut self, time: Timestamp) -> bool {
+        *self.serial_dirty.get_mut() & DIRTY == 0 && *self.last_seen.get_mut() < time.0
     }
 
     /// Reads the statistics: the count first (SeqCst, it publishes the times), then the
     /// times.
-    fn read(&self, edge: &Edge) -> EdgeSnapshot {
+    fn read(&self, edge: Edge) -> EdgeSnapshot {
         EdgeSnapshot {
-            serial: self.serial,
-            edge: edge.clone(),
+            serial: self.serial_dirty.load(Ordering::Relaxed) >> 1,
+            edge,
             count: self.count.load(Ordering::SeqCst),
             first_seen: Timestamp(self.first_seen.load(Ordering::Relaxed)),
             last_seen: Timestamp(self.last_seen.load(Ordering::Relaxed)),
@@ -132,22 +155,21 @@ impl Stats {
     }
 }
 
-#[derive(Debug)]
-struct Slot {
-    edge: Edge,
-    stats: Stats,
-}
+/// Shards; a power of two. Enough that a few recording threads rarely meet on one lock;
+/// few, because an endpoint peer of subjects in several shards is interned in each.
+const SHARDS: usize = 16;
 
 /// The concurrent, bounded edge aggregator. All methods take `&self`; share it with an
 /// `Arc`.
 ///
-/// Hasher: [`foldhash::fast::RandomState`], seeded per process. Keys carry addresses and
+/// Hasher: [`foldhash::fast::RandomState`], seeded per table. Keys carry addresses and
 /// names that remote parties influence (external IPs), so a fixed, public seed would let
 /// them precompute colliding keys for a shard; nothing depends on iteration order (callers
 /// sort what they need sorted), so determinism buys nothing here.
 #[derive(Debug)]
 pub struct FlowTable {
-    map: DashMap<EdgeKey, Slot, RandomState>,
+    shards: Box<[RwLock<Shard>]>,
+    hashes: Hashes,
     capacity: usize,
     /// Entries stored or reserved; the capacity check reserves here under the shard write
     /// lock, so the bound holds exactly under concurrency.
@@ -157,62 +179,60 @@ pub struct FlowTable {
     serials: AtomicU64,
 }
 
-/// Up to this many entries are allocated up front; the map grows beyond as needed.
-const PREALLOCATE_MAX: usize = 1 << 14;
+/// The largest capacity: interned handles and positions are `u32`, and an entry takes at
+/// most two references to one interned endpoint.
+const MAX_CAPACITY: usize = (u32::MAX / 4) as usize;
 
 impl FlowTable {
-    /// An empty table that holds at most `capacity` distinct edges.
+    /// An empty table that holds at most `capacity` distinct edges (at most about a
+    /// billion).
     pub fn new(capacity: usize) -> Self {
         FlowTable {
-            map: DashMap::with_capacity_and_hasher(
-                capacity.min(PREALLOCATE_MAX),
-                RandomState::default(),
-            ),
-            capacity,
+            shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
+            hashes: Hashes::default(),
+            capacity: capacity.min(MAX_CAPACITY),
             len: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
             serials: AtomicU64::new(0),
         }
     }
 
+    /// The shard a probe's subject picks. Bits 32.. of the hash: the shard's own tables
+    /// use the low bits (bucket) and the top seven (tag).
+    fn shard(&self, probe: &Probe<'_>) -> &RwLock<Shard> {
+        &self.shards[(probe.subject_hash >> 32) as usize & (SHARDS - 1)]
+    }
+
     /// Records `count` connections of `edge` observed at `time`.
     ///
     /// An existing key is updated under a shard read lock with atomics only; a new key is
-    /// inserted (cloning `edge` once) unless the table is full, in which case the edge is
-    /// dropped and counted.
+    /// inserted (interning what its endpoints need) unless the table is full, in which
+    /// case the edge is dropped and counted.
     pub fn record(&self, edge: &Edge, time: Timestamp, count: u64) -> RecordOutcome {
-        let view: &dyn KeyView = &EdgeView(edge);
-        if let Some(slot) = self.map.get(view) {
-            slot.stats.add(time, count);
+        let probe = Probe::new(&self.hashes, EdgeKeyRef::of(edge));
+        let shard = self.shard(&probe);
+        if let Some(entry) = read(shard).find(&probe) {
+            entry.stats.add(time, count);
             return RecordOutcome::Updated;
         }
-        match self.map.entry(EdgeKey::of(edge)) {
-            // Another thread inserted it between our lookup and the write lock.
-            Entry::Occupied(slot) => {
-                slot.get().stats.add(time, count);
-                RecordOutcome::Updated
-            }
-            Entry::Vacant(vacant) => {
-                let reserved = self
-                    .len
-                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                        (n < self.capacity).then_some(n + 1)
-                    });
-                if reserved.is_err() {
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
-                    return RecordOutcome::Dropped;
-                }
-                vacant.insert(Slot {
-                    edge: edge.clone(),
-                    stats: Stats::new(
-                        self.serials.fetch_add(1, Ordering::Relaxed) + 1,
-                        time,
-                        count,
-                    ),
-                });
-                RecordOutcome::Inserted
-            }
+        let mut shard = write(shard);
+        // Another thread may have inserted it between our lookup and the write lock.
+        if let Some(entry) = shard.find(&probe) {
+            entry.stats.add(time, count);
+            return RecordOutcome::Updated;
         }
+        let reserved = self
+            .len
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.capacity).then_some(n + 1)
+            });
+        if reserved.is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return RecordOutcome::Dropped;
+        }
+        let serial = self.serials.fetch_add(1, Ordering::Relaxed) + 1;
+        shard.insert(&self.hashes, &probe, edge, Stats::new(serial, time, count));
+        RecordOutcome::Inserted
     }
 
     /// Records `count` connections under `key` observed at `time`, building the edge with
@@ -226,9 +246,9 @@ impl FlowTable {
         count: u64,
         make_edge: impl FnOnce() -> Result<Edge, E>,
     ) -> Result<RecordOutcome, E> {
-        let view: &dyn KeyView = key;
-        if let Some(slot) = self.map.get(view) {
-            slot.stats.add(time, count);
+        let probe = Probe::new(&self.hashes, *key);
+        if let Some(entry) = read(self.shard(&probe)).find(&probe) {
+            entry.stats.add(time, count);
             return Ok(RecordOutcome::Updated);
         }
         let edge = make_edge()?;
@@ -270,16 +290,20 @@ impl FlowTable {
     /// The entries changed since the previous drain, in no particular order; their dirty
     /// flags are cleared.
     ///
-    /// No concurrent update is lost: the flag is cleared (with a swap) *before* the
-    /// statistics are read, so an update either is visible in what this drain returns or
-    /// sets the flag again after the swap and shows up in the next drain. (The flag, the
-    /// swap and the count are SeqCst; see `Stats::add`.)
+    /// No concurrent update is lost: the flag is cleared *before* the statistics are
+    /// read, so an update either is visible in what this drain returns or sets the flag
+    /// again after the clearing and shows up in the next drain. (The flag, its clearing
+    /// and the count are SeqCst; see `Stats::add`.)
     pub fn drain_dirty(&self) -> Vec<EdgeSnapshot> {
         let mut out = Vec::new();
-        for slot in self.map.iter() {
-            if slot.stats.dirty.swap(false, Ordering::SeqCst) {
-                out.push(slot.stats.read(&slot.edge));
-            }
+        for shard in &self.shards {
+            let shard = read(shard);
+            out.extend(
+                shard
+                    .entries()
+                    .filter(|e| e.stats.take_dirty())
+                    .map(|e| shard.read(e)),
+            );
         }
         out
     }
@@ -287,10 +311,12 @@ impl FlowTable {
     /// Every entry, in no particular order, leaving dirty flags as they are (for a new or
     /// reconnecting stream).
     pub fn snapshot(&self) -> Vec<EdgeSnapshot> {
-        self.map
-            .iter()
-            .map(|slot| slot.stats.read(&slot.edge))
-            .collect()
+        let mut out = Vec::with_capacity(self.len());
+        for shard in &self.shards {
+            let shard = read(shard);
+            out.extend(shard.entries().map(|e| shard.read(e)));
+        }
+        out
     }
 
     /// Removes the entries that were drained since their last update (not dirty) and were
@@ -300,12 +326,9 @@ impl FlowTable {
     /// either seen dirty (and kept) or updated after its removal (and re-inserted).
     pub fn expire_idle(&self, older_than: Timestamp) -> usize {
         let mut removed = 0;
-        self.map.retain(|_, slot| {
-            let idle =
-                !*slot.stats.dirty.get_mut() && *slot.stats.last_seen.get_mut() < older_than.0;
-            removed += usize::from(idle);
-            !idle
-        });
+        for shard in &self.shards {
+            removed += write(shard).remove_where(&self.hashes, |s| s.idle_before(older_than));
+        }
         self.len.fetch_sub(removed, Ordering::AcqRel);
         removed
     }
@@ -321,13 +344,16 @@ impl FlowTable {
         if excess == 0 {
             return 0;
         }
-        let mut times: Vec<i64> = self
-            .map
-            .iter()
-            .filter(|slot| !slot.stats.dirty.load(Ordering::SeqCst))
-            .map(|slot| slot.stats.last_seen.load(Ordering::Relaxed))
-            .filter(|&t| t < before.0)
-            .collect();
+        let mut times: Vec<i64> = Vec::new();
+        for shard in &self.shards {
+            times.extend(
+                read(shard)
+                    .entries()
+                    .filter(|e| !e.stats.is_dirty())
+                    .map(|e| e.stats.last_seen.load(Ordering::Relaxed))
+                    .filter(|&t| t < before.0),
+            );
+        }
         let cutoff = if times.len() <= excess {
             before.0
         } else {
@@ -336,6 +362,24 @@ impl FlowTable {
         };
         self.expire_idle(Timestamp(cutoff))
     }
+
+    /// Interned values held by all shards.
+    #[cfg(test)]
+    fn interned(&self) -> usize {
+        self.shards.iter().map(|s| read(s).interned()).sum()
+    }
+}
+
+/// A shard's lock for reading. The only panics under a shard's write lock are its
+/// consistency checks (bugs); a poisoned lock is used as it is rather than turning every
+/// later record into a panic too.
+fn read(shard: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
+    shard.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A shard's lock for writing (see [`read`] on poisoning).
+fn write(shard: &RwLock<Shard>) -> RwLockWriteGuard<'_, Shard> {
+    shard.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -502,3 +502,127 @@ fn a_borrowed_key_finds_the_owned_entry_without_building_the_edge() {
             .all(|s| s.count == 3 && s.last_seen == Timestamp(9))
     );
 }
+
+/// The metadata an edge of key `k` may carry beside its key: the subject's labels, address
+/// and identity, the peer's address and labels, the DNS name and the blamed policy.
+/// Variant 0 is [`edge`]'s own.
+fn with_metadata(k: K, variant: u8) -> Edge {
+    let mut e = edge(k);
+    if variant & 1 != 0 {
+        e.subject.labels = labels([("app", "relabelled")]);
+        e.subject.ip = Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, variant)));
+    }
+    if variant & 2 != 0 {
+        e.subject.identity = Some("cluster.local/ns/shop/sa/subject".into());
+    }
+    if variant & 4 != 0 {
+        e.peer.ip = Some(IpAddr::V4(Ipv4Addr::new(10, 1, 0, k.peer)));
+        e.peer.labels = labels([("tier", "db")]);
+    }
+    if variant & 8 != 0 {
+        e.peer_dns = Some(format!("peer-{}.example", k.peer).into());
+    }
+    if variant & 16 != 0 {
+        e.denied_by = Some("shop/deny".into());
+    }
+    e
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Record(K, u8, i64, u64),
+    Drain,
+    /// Expire idle entries last seen before this time.
+    Expire(i64),
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        6 => (key_strategy(), 0u8..32, 0i64..1_000, 1u64..5)
+            .prop_map(|(k, v, t, c)| Op::Record(k, v, t, c)),
+        1 => Just(Op::Drain),
+        1 => (0i64..1_200).prop_map(Op::Expire),
+    ];
+    prop::collection::vec(op, 0..120)
+}
+
+/// What an entry should read as: its first edge, count, first and last seen, dirty.
+#[derive(Clone, Debug, PartialEq)]
+struct Model {
+    edge: Edge,
+    count: u64,
+    first: i64,
+    last: i64,
+    dirty: bool,
+}
+
+proptest! {
+    /// Entries share interned endpoints and keep their own first metadata whatever their
+    /// neighbours carry, expiry frees what no entry uses any more (slots reused after it
+    /// read as their new edge), and an emptied table holds nothing interned.
+    #[test]
+    fn interned_entries_read_as_their_first_edges_through_expiry_and_reuse(ops in ops()) {
+        // Room for every key the strategy makes: nothing is dropped.
+        let table = FlowTable::new(1_000);
+        let mut model: BTreeMap<EdgeKey, Model> = BTreeMap::new();
+        for op in &ops {
+            match *op {
+                Op::Record(k, variant, t, c) => {
+                    let e = with_metadata(k, variant);
+                    table.record(&e, Timestamp(t), c);
+                    let m = model.entry(EdgeKey::of(&e)).or_insert(Model {
+                        edge: e, count: 0, first: t, last: t, dirty: true,
+                    });
+                    m.count += c;
+                    m.first = m.first.min(t);
+                    m.last = m.last.max(t);
+                    m.dirty = true;
+                }
+                Op::Drain => {
+                    let drained: BTreeSet<EdgeKey> =
+                        table.drain_dirty().iter().map(EdgeSnapshot::key).collect();
+                    let dirty: BTreeSet<EdgeKey> =
+                        model.iter().filter(|(_, m)| m.dirty).map(|(k, _)| k.clone()).collect();
+                    prop_assert_eq!(drained, dirty);
+                    model.values_mut().for_each(|m| m.dirty = false);
+                }
+                Op::Expire(before) => {
+                    let expected = model.len();
+                    model.retain(|_, m| m.dirty || m.last >= before);
+                    prop_assert_eq!(table.expire_idle(Timestamp(before)), expected - model.len());
+                }
+            }
+        }
+        let read: BTreeMap<EdgeKey, Model> = table
+            .snapshot()
+            .into_iter()
+            .map(|s| {
+                let dirty = model.get(&s.key()).is_some_and(|m| m.dirty);
+                (s.key(), Model {
+                    edge: s.edge, count: s.count, first: s.first_seen.0,
+                    last: s.last_seen.0, dirty,
+                })
+            })
+            .collect();
+        prop_assert_eq!(&read, &model);
+        prop_assert_eq!(table.len(), model.len());
+
+        table.drain_dirty();
+        table.expire_idle(Timestamp(i64::MAX));
+        prop_assert_eq!(table.len(), 0);
+        prop_assert_eq!(table.interned(), 0, "nothing interned outlives its entries");
+    }
+}
+
+#[test]
+fn an_endpoint_is_interned_once_for_all_its_edges() {
+    let table = FlowTable::new(1_000);
+    // One subject, 100 peers, 5 ports: 500 entries over 101 endpoints.
+    for peer in 0..100 {
+        for port in [80, 443, 5432, 6379, 9090] {
+            table.record(&edge(k(0, peer, port)), Timestamp(1), 1);
+        }
+    }
+    assert_eq!(table.len(), 500);
+    assert_eq!(table.interned(), 101);
+}
