@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
-use ne_delta::{EdgeClass, Encoder, agent_message_len};
+use ne_delta::{EdgeClass, Encoder, Limits, agent_message_len};
 use ne_flow::edge::Provider;
 use ne_flow::flow::Timestamp;
 use ne_flow::table::{EdgeSnapshot, FlowTable};
@@ -109,6 +109,11 @@ impl ShipTables {
         ]
         .into_iter()
         .flatten()
+    }
+
+    /// The entries every table can hold, together.
+    fn capacity(&self) -> usize {
+        self.each().map(|(_, t)| t.capacity()).sum()
     }
 
     /// The changed entries of every table (their dirty flags cleared), by class.
@@ -226,7 +231,8 @@ async fn stream(
     metrics.leader_connected.set(1);
     tracing::info!(address, "shipping edges to the leader");
 
-    let mut encoder = Encoder::new();
+    // The stream's tables are bounded by the agent's own (`--max-edges`).
+    let mut encoder = Encoder::with_limits(Limits::for_entries(tables.capacity()));
     let mut unacked = std::collections::VecDeque::<u64>::new();
     let mut next_sequence = 1u64;
     // Clear the dirty flags first: whatever changes after this shows up in a delta.

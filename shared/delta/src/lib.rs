@@ -83,6 +83,30 @@ impl Limits {
     }
 }
 
+impl Limits {
+    /// Bytes of tables allowed per entry the sender's flow tables can hold, in
+    /// [`Limits::for_entries`].
+    pub const BYTES_PER_ENTRY: usize = 256;
+
+    /// The [`Default`] limits scaled down to a sender whose flow tables hold at most
+    /// `entries` entries together: twice as many table entries (live ones plus expired ones
+    /// sent earlier) and [`Limits::BYTES_PER_ENTRY`] bytes each, never more than the
+    /// defaults and never less than for 4 096 entries. So the sender's stream tables are
+    /// bounded by its own table sizes (`--max-edges`), and an agent at the default
+    /// `--max-edges` keeps the defaults.
+    pub fn for_entries(entries: usize) -> Self {
+        let d = Limits::default();
+        let n = entries.max(4096);
+        Limits {
+            strings: d.strings.min(n.saturating_mul(2)),
+            endpoints: d.endpoints.min(n.saturating_mul(2)),
+            edges: d.edges.min(n.saturating_mul(2)),
+            bytes: d.bytes.min(n.saturating_mul(Self::BYTES_PER_ENTRY)),
+            rows: d.rows,
+        }
+    }
+}
+
 impl Default for Limits {
     /// 2 Mi entries per table (twice the agent's default `--max-edges`), 256 MiB of tables
     /// (a node at the default `--max-edges` needs about a third of it) and 64 Ki rows per

@@ -1211,3 +1211,56 @@ fn a_stream_encodes_as_fuzz_seeds() {
         std::fs::write(dir.join("stream"), &seed).unwrap();
     }
 }
+
+#[test]
+fn limits_for_a_senders_tables_scale_with_them_and_never_pass_the_defaults() {
+    let d = Limits::default();
+    // An agent at the default --max-edges (1 M learned, a tenth each for denials and
+    // audits) keeps the defaults.
+    assert_eq!(Limits::for_entries(1_200_000), d);
+    let small = Limits::for_entries(120_000);
+    assert_eq!(
+        (small.edges, small.endpoints, small.strings),
+        (240_000, 240_000, 240_000)
+    );
+    assert_eq!(small.bytes, 120_000 * Limits::BYTES_PER_ENTRY);
+    assert_eq!(small.rows, d.rows);
+    assert_eq!(Limits::for_entries(0), Limits::for_entries(4096), "a floor");
+    assert_eq!(Limits::for_entries(usize::MAX), d);
+}
+
+#[test]
+fn an_encoder_with_scaled_limits_stays_within_them_through_a_flood_of_new_edges() {
+    let limits = Limits::for_entries(1);
+    let mut enc = Encoder::with_limits(limits);
+    let subject = workload("shop", WorkloadKind::Deployment, "api");
+    let mut sequence = 1;
+    for round in 0..10u32 {
+        // 1 000 edges to addresses never seen before, each round.
+        let changed: Vec<EdgeSnapshot> = (0..1_000u32)
+            .map(|i| {
+                let ip = IpAddr::from(Ipv4Addr::from(0x0a00_0000 + round * 1_000 + i));
+                let edge = Edge {
+                    subject: subject.clone(),
+                    direction: Direction::Egress,
+                    peer: external(ip),
+                    protocol: Protocol::Tcp,
+                    port: 443,
+                    peer_dns: None,
+                    denied_by: None,
+                };
+                snap(edge, u64::from(round * 1_000 + i + 1), 1, 1, 1)
+            })
+            .collect();
+        let batches = enc.encode(sequence, round == 0, &changed, 1 << 20);
+        sequence += batches.len() as u64;
+        let sizes = enc.table_sizes();
+        assert!(enc.table_bytes() <= limits.bytes, "round {round}");
+        assert!(sizes.edges <= limits.edges && sizes.endpoints <= limits.endpoints);
+    }
+    assert!(
+        enc.resets() > 0,
+        "10 000 new edges do not fit 8 192: the tables started over"
+    );
+    assert_eq!(enc.oversized(), 0, "nothing was lost");
+}
