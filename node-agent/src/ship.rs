@@ -265,6 +265,14 @@ async fn stream(
     loop {
         tokio::select! {
             _ = ticker.tick() => {
+                // Expire before draining: with every batch shipped so far acked, the leader
+                // holds the last value of every drained entry (the table spares the dirty
+                // ones). After the drain, a busy table would always have a batch in flight.
+                if unacked.is_empty() {
+                    for (_, table) in tables.each() {
+                        expire(table, flow_clock, config, metrics);
+                    }
+                }
                 if unacked.len() < config.max_unacked {
                     let changed = tables.drain_dirty();
                     if let Some(latest) = latest(&changed) {
@@ -275,11 +283,6 @@ async fn stream(
                         let batches = encoder.encode_classes(next_sequence, false, &by_class(&changed), config.max_message_bytes);
                         oversized = count_oversized(&encoder, oversized, metrics);
                         ship(&tx, batches, &mut next_sequence, &mut unacked, n, metrics).await?;
-                    }
-                }
-                if unacked.is_empty() {
-                    for (_, table) in tables.each() {
-                        expire(table, flow_clock, config, metrics);
                     }
                 }
             }

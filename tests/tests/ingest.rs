@@ -377,6 +377,61 @@ async fn acked_idle_entries_expire_at_the_agent_only() {
     l.server.abort();
 }
 
+/// An agent whose table changes at every flush interval (a busy node: some entry is always
+/// dirty, so some batch is always in flight right after a drain) still forgets its idle
+/// entries, once the leader holds them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_agent_still_expires_its_idle_entries() {
+    const SECOND: i64 = 1_000_000_000;
+    let l = leader(true, 1).await;
+    let table = Arc::new(FlowTable::new(1 << 12));
+    let mut model = Model::new();
+    let (old, hot) = (edge(1, 1, 80), edge(2, 2, 80));
+    record(&table, &mut model, &old, 10 * SECOND, 1);
+    record(&table, &mut model, &hot, 10 * SECOND, 1);
+    // Then traffic on the hot edge every millisecond (ten times per flush interval), its
+    // flow clock moving 10 ms at a time: the old entry turns idle (1 s) after some 100
+    // flush intervals of a busy table.
+    let busy = {
+        let (table, hot) = (table.clone(), hot.clone());
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(1));
+            for ms in 1.. {
+                every.tick().await;
+                table.record(&hot, Timestamp(10 * SECOND + ms * 10_000_000), 1);
+            }
+        })
+    };
+    let (state, metrics, task) = start_agent(
+        ShipConfig {
+            idle_expiry: Duration::from_secs(1),
+            ..config(&[l.address], 1)
+        },
+        table.clone(),
+    );
+    eventually(
+        "the idle entry expires while the hot one keeps changing",
+        || table.len() == 1,
+    )
+    .await;
+    busy.abort();
+    let idle = metrics
+        .edges_expired
+        .get_or_create(&ne_node_agent::metrics::ExpiryLabel { reason: "idle" })
+        .get();
+    assert_eq!(idle, 1);
+    assert_eq!(table.snapshot()[0].key(), EdgeKey::of(&hot));
+    let at_leader = index_of(&l.index).await;
+    assert_eq!(
+        at_leader.get(&EdgeKey::of(&old)),
+        model.get(&EdgeKey::of(&old)),
+        "the leader holds the expired entry's last value"
+    );
+    state.shut_down();
+    task.await.unwrap();
+    l.server.abort();
+}
+
 /// A flood of new edges fills the agent's table: once the leader has acked them, the
 /// shipper sheds the least recently seen down to 75 % of the capacity (counted), the leader
 /// keeps every one, and a new edge finds room again.
