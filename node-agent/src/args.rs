@@ -111,6 +111,10 @@ pub struct Args {
     /// aggregating meanwhile).
     #[arg(long, env = "NE_MAX_UNACKED", default_value_t = 64)]
     pub max_unacked: usize,
+    /// Bytes of batches sent and not yet acknowledged before shipping pauses: with
+    /// `--max-edges`, what bounds the agent's memory when the leader is slow.
+    #[arg(long, env = "NE_MAX_UNACKED_BYTES", default_value_t = 8 << 20)]
+    pub max_unacked_bytes: usize,
     /// Largest batch message sent to the leader, in bytes.
     #[arg(long, env = "NE_MAX_MESSAGE_BYTES", default_value_t = 1 << 20)]
     pub max_message_bytes: usize,

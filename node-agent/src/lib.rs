@@ -139,6 +139,7 @@ fn ship_config(args: &Args) -> Option<ship::ShipConfig> {
         flush_interval: args.flush_interval,
         max_message_bytes: args.max_message_bytes,
         max_unacked: args.max_unacked.max(1),
+        max_unacked_bytes: args.max_unacked_bytes.max(1),
         idle_expiry: args.idle_expiry,
         token_file: args.leader_token_file.clone(),
     })

@@ -94,6 +94,14 @@ pub struct ExpiryLabel {
     pub reason: &'static str,
 }
 
+/// Label set `{reason}` of flush intervals the shipper did not drain its tables, waiting
+/// for the leader's acks: `unacked_batches` (`--max-unacked`) or `unacked_bytes`
+/// (`--max-unacked-bytes`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeldLabel {
+    pub reason: &'static str,
+}
+
 /// Label set `{event}` of log-file events (ztunnel source).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FileEventLabel {
@@ -134,6 +142,10 @@ pub struct AgentMetrics {
     pub edges_expired: Family<ExpiryLabel, Counter>,
     /// Batches sent and not yet acked.
     pub ship_unacked: Gauge,
+    /// Encoded bytes of the batches sent and not yet acked.
+    pub ship_unacked_bytes: Gauge,
+    /// Flush intervals not drained while waiting for acks, by reason.
+    pub ship_held: Family<HeldLabel, Counter>,
     /// 1 while a stream to the leader is up.
     pub leader_connected: Gauge,
     /// Streams to the leader that ended or failed.
@@ -254,6 +266,17 @@ impl AgentMetrics {
             "agent_ship_unacked_batches",
             "Batches sent to the leader and not yet acknowledged",
             self.ship_unacked.clone(),
+        );
+        r.register(
+            "agent_ship_held_intervals",
+            "Flush intervals the shipper did not drain its tables, waiting for the leader's acks \
+             (the tables keep aggregating), by reason",
+            self.ship_held.clone(),
+        );
+        r.register(
+            "agent_ship_unacked_bytes",
+            "Encoded bytes of the batches sent to the leader and not yet acknowledged",
+            self.ship_unacked_bytes.clone(),
         );
         r.register(
             "agent_leader_connected",

@@ -13,9 +13,10 @@
 //! together, and [`Encoder::encode_classes`] tags each edge with its class, so the leader
 //! keeps them apart. A stream without denials costs exactly what a learned-only one does.
 //!
-//! Nothing here blocks the source: the source only writes into the FlowTable. When more
-//! than `max_unacked` batches wait for an ack, the shipper stops draining and the table
-//! keeps aggregating (its dirty flags keep what changed). Batches in flight when a stream
+//! Nothing here blocks the source: the source only writes into the FlowTable. When
+//! `max_unacked` batches, or `max_unacked_bytes` of them, wait for an ack, the shipper stops
+//! draining and the table keeps aggregating (its dirty flags keep what changed), so what a
+//! slow leader leaves queued stays bounded. Batches in flight when a stream
 //! breaks are not re-sent: the next stream starts with a snapshot of the current totals,
 //! which covers them. Idle entries (not seen for `idle_expiry` before the latest flow
 //! time shipped) are expired only while every drained batch is acked, so the leader holds
@@ -35,10 +36,10 @@ use ne_flow::table::{EdgeSnapshot, FlowTable};
 use ne_proto::ingest::ingest_client::IngestClient;
 use ne_proto::ingest::{AgentMessage, Batch, Hello, agent_message, leader_message};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::Endpoint;
 
-use crate::metrics::AgentMetrics;
+use crate::metrics::{AgentMetrics, HeldLabel};
 use crate::sources::SourceState;
 use crate::sources::backoff::Backoff;
 
@@ -61,6 +62,8 @@ pub struct ShipConfig {
     pub max_message_bytes: usize,
     /// Batches sent and not yet acknowledged before the shipper stops draining.
     pub max_unacked: usize,
+    /// Bytes of batches sent and not yet acknowledged before the shipper stops draining.
+    pub max_unacked_bytes: usize,
     /// Entries neither updated for this long nor waiting for an ack are forgotten.
     pub idle_expiry: Duration,
     /// A ServiceAccount token sent as `authorization: Bearer …`, read at every connect.
@@ -150,6 +153,7 @@ pub async fn run(
         };
         metrics.leader_connected.set(0);
         metrics.ship_unacked.set(0);
+        metrics.ship_unacked_bytes.set(0);
         match result {
             Ok(Delivered::Some) => backoff.reset(),
             Ok(Delivered::Nothing) => {}
@@ -195,7 +199,9 @@ async fn stream(
     let mut client = IngestClient::new(channel)
         .max_encoding_message_size(config.max_message_bytes.saturating_add(1024))
         .max_decoding_message_size(1 << 20);
-    let (tx, rx) = mpsc::channel::<AgentMessage>(config.max_unacked.max(1) + 2);
+    // Unbounded, so that the shipper never waits on a slow leader: it goes on reading acks
+    // and ticking, while `--max-unacked` and `--max-unacked-bytes` bound what is queued.
+    let (tx, rx) = mpsc::unbounded_channel::<AgentMessage>();
     let hello = Hello {
         node: config.node.clone(),
         agent_id: config.agent_id.clone(),
@@ -203,8 +209,8 @@ async fn stream(
         provider: config.provider.as_str().to_owned(),
         capabilities: Vec::new(),
     };
-    send(&tx, agent_message::Message::Hello(hello)).await?;
-    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    send(&tx, agent_message::Message::Hello(hello))?;
+    let mut request = tonic::Request::new(UnboundedReceiverStream::new(rx));
     if let Some(path) = &config.token_file {
         let token = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the token file {}", path.display()))?;
@@ -233,7 +239,7 @@ async fn stream(
 
     // The stream's tables are bounded by the agent's own (`--max-edges`).
     let mut encoder = Encoder::with_limits(Limits::for_entries(tables.capacity()));
-    let mut unacked = std::collections::VecDeque::<u64>::new();
+    let mut unacked = Unacked::default();
     let mut next_sequence = 1u64;
     // Clear the dirty flags first: whatever changes after this shows up in a delta.
     drop(tables.drain_dirty());
@@ -257,8 +263,7 @@ async fn stream(
         &mut unacked,
         entries(&all),
         metrics,
-    )
-    .await?;
+    )?;
 
     let mut ticker = tokio::time::interval(config.flush_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -273,7 +278,9 @@ async fn stream(
                         expire(table, flow_clock, config, metrics);
                     }
                 }
-                if unacked.len() < config.max_unacked {
+                if let Some(reason) = unacked.held_by(config) {
+                    metrics.ship_held.get_or_create(&HeldLabel { reason }).inc();
+                } else {
                     let changed = tables.drain_dirty();
                     if let Some(latest) = latest(&changed) {
                         flow_clock = flow_clock.max(latest);
@@ -282,7 +289,7 @@ async fn stream(
                     if n > 0 {
                         let batches = encoder.encode_classes(next_sequence, false, &by_class(&changed), config.max_message_bytes);
                         oversized = count_oversized(&encoder, oversized, metrics);
-                        ship(&tx, batches, &mut next_sequence, &mut unacked, n, metrics).await?;
+                        ship(&tx, batches, &mut next_sequence, &mut unacked, n, metrics)?;
                     }
                 }
             }
@@ -293,9 +300,7 @@ async fn stream(
                 match message.message {
                     Some(leader_message::Message::Ack(ack)) => {
                         metrics.ship_acks.inc();
-                        while unacked.front().is_some_and(|&s| s <= ack.sequence) {
-                            unacked.pop_front();
-                        }
+                        unacked.ack(ack.sequence);
                     }
                     Some(leader_message::Message::Reject(r)) => {
                         metrics.ship_rejects.inc();
@@ -305,9 +310,7 @@ async fn stream(
                 }
             }
         }
-        metrics
-            .ship_unacked
-            .set(i64::try_from(unacked.len()).unwrap_or(i64::MAX));
+        unacked.export(metrics);
     }
 }
 
@@ -344,35 +347,80 @@ fn count_oversized(encoder: &Encoder, before: u64, metrics: &AgentMetrics) -> u6
 }
 
 /// Sends encoded batches and remembers them until acked.
-async fn ship(
-    tx: &mpsc::Sender<AgentMessage>,
+fn ship(
+    tx: &mpsc::UnboundedSender<AgentMessage>,
     batches: Vec<Batch>,
     next_sequence: &mut u64,
-    unacked: &mut std::collections::VecDeque<u64>,
+    unacked: &mut Unacked,
     edges: usize,
     metrics: &AgentMetrics,
 ) -> anyhow::Result<()> {
     metrics.delta_edges_sent.inc_by(edges as u64);
     for batch in batches {
         *next_sequence = batch.sequence + 1;
-        unacked.push_back(batch.sequence);
+        let bytes = agent_message_len(&batch);
+        unacked.push(batch.sequence, bytes);
         metrics.deltas_sent.inc();
-        metrics
-            .delta_bytes_sent
-            .inc_by(agent_message_len(&batch) as u64);
-        send(tx, agent_message::Message::Batch(batch)).await?;
+        metrics.delta_bytes_sent.inc_by(bytes as u64);
+        send(tx, agent_message::Message::Batch(batch))?;
     }
     Ok(())
 }
 
-async fn send(
-    tx: &mpsc::Sender<AgentMessage>,
+/// The batches sent on a stream and not yet acknowledged, and their bytes.
+#[derive(Debug, Default)]
+struct Unacked {
+    /// Sequence and encoded size of each, oldest first.
+    batches: std::collections::VecDeque<(u64, usize)>,
+    bytes: usize,
+}
+
+impl Unacked {
+    fn push(&mut self, sequence: u64, bytes: usize) {
+        self.batches.push_back((sequence, bytes));
+        self.bytes += bytes;
+    }
+
+    /// The leader holds every batch up to `sequence`.
+    fn ack(&mut self, sequence: u64) {
+        while let Some(&(s, bytes)) = self.batches.front()
+            && s <= sequence
+        {
+            self.batches.pop_front();
+            self.bytes -= bytes;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.batches.is_empty()
+    }
+
+    /// Why the next drain must wait for acks, if it must: `config`'s batches or bytes are
+    /// waiting already. (A drain admitted below the byte limit may pass it.)
+    fn held_by(&self, config: &ShipConfig) -> Option<&'static str> {
+        if self.batches.len() >= config.max_unacked {
+            Some("unacked_batches")
+        } else if self.bytes >= config.max_unacked_bytes {
+            Some("unacked_bytes")
+        } else {
+            None
+        }
+    }
+
+    fn export(&self, metrics: &AgentMetrics) {
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        metrics.ship_unacked.set(gauge(self.batches.len()));
+        metrics.ship_unacked_bytes.set(gauge(self.bytes));
+    }
+}
+
+fn send(
+    tx: &mpsc::UnboundedSender<AgentMessage>,
     message: agent_message::Message,
 ) -> anyhow::Result<()> {
     tx.send(AgentMessage {
         message: Some(message),
     })
-    .await
     .map_err(|_| anyhow::anyhow!("the stream to the leader closed"))
 }
 

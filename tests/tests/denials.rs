@@ -92,6 +92,7 @@ impl Tables {
             flush_interval: Duration::from_millis(10),
             max_message_bytes: 1024,
             max_unacked: 8,
+            max_unacked_bytes: 8 << 20,
             idle_expiry: Duration::from_secs(3600),
             token_file: None,
         };

@@ -19,6 +19,9 @@ use ne_leader::ingest::{IndexHandle, IngestService, LeaderMetrics};
 use ne_node_agent::metrics::AgentMetrics;
 use ne_node_agent::ship::{self, ShipConfig};
 use ne_node_agent::sources::SourceState;
+use ne_proto::ingest::ingest_server::{Ingest, IngestServer};
+use ne_proto::ingest::{Ack, AgentMessage, LeaderMessage, agent_message, leader_message};
+use tonic::Status;
 
 /// One leader replica: its index, its Lease flag and its server task.
 struct Leader {
@@ -144,6 +147,7 @@ fn config(addresses: &[SocketAddr], epoch: u64) -> ShipConfig {
         // Small messages: the snapshot and the deltas span several batches.
         max_message_bytes: 512,
         max_unacked: 8,
+        max_unacked_bytes: 8 << 20,
         idle_expiry: Duration::from_secs(3600),
         token_file: None,
     }
@@ -471,6 +475,140 @@ async fn a_full_table_sheds_its_least_recent_shipped_entries_and_takes_new_edges
     state.shut_down();
     task.await.unwrap();
     l.server.abort();
+}
+
+/// A leader that acks the hello, then holds back every batch's ack until `release` turns
+/// true (a leader too slow to keep up); it keeps the size of every batch received.
+struct HoldingLeader {
+    sizes: Arc<std::sync::Mutex<Vec<usize>>>,
+    release: tokio::sync::watch::Receiver<bool>,
+}
+
+#[tonic::async_trait]
+impl Ingest for HoldingLeader {
+    type StreamStream = tokio_stream::wrappers::ReceiverStream<Result<LeaderMessage, Status>>;
+
+    async fn stream(
+        &self,
+        request: tonic::Request<tonic::Streaming<AgentMessage>>,
+    ) -> Result<tonic::Response<Self::StreamStream>, Status> {
+        let mut inbound = request.into_inner();
+        let (sizes, mut release) = (self.sizes.clone(), self.release.clone());
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            let ack = |sequence| {
+                Ok(LeaderMessage {
+                    message: Some(leader_message::Message::Ack(Ack {
+                        sequence,
+                        leader_epoch: 1,
+                    })),
+                })
+            };
+            let mut last = 0;
+            loop {
+                if (last == 0 || *release.borrow_and_update()) && tx.send(ack(last)).await.is_err()
+                {
+                    return;
+                }
+                tokio::select! {
+                    message = inbound.message() => match message {
+                        Ok(Some(AgentMessage { message: Some(agent_message::Message::Batch(b)) })) => {
+                            sizes.lock().unwrap().push(ne_delta::agent_message_len(&b));
+                            last = b.sequence;
+                        }
+                        Ok(Some(_)) => {}
+                        _ => return,
+                    },
+                    changed = release.changed() => if changed.is_err() { return },
+                }
+            }
+        });
+        Ok(tonic::Response::new(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        ))
+    }
+}
+
+/// A leader that does not ack holds the agent at `--max-unacked-bytes`: past it the
+/// shipper drains nothing (counted), the table keeps aggregating, and once the leader acks,
+/// what was held back is shipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_does_not_ack_holds_the_agent_at_its_byte_budget() {
+    const BUDGET: usize = 1024;
+    let (release_tx, release) = tokio::sync::watch::channel(false);
+    let sizes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let leader = HoldingLeader {
+        sizes: sizes.clone(),
+        release,
+    };
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(IngestServer::new(leader))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let table = Arc::new(FlowTable::new(1 << 12));
+    let mut model = Model::new();
+    let (state, metrics, task) = start_agent(
+        ShipConfig {
+            max_unacked: 1000,
+            max_unacked_bytes: BUDGET,
+            ..config(&[address], 1)
+        },
+        table.clone(),
+    );
+    let held = |reason| {
+        metrics
+            .ship_held
+            .get_or_create(&ne_node_agent::metrics::HeldLabel { reason })
+            .get()
+    };
+    // One new edge at a time, each in a drain of its own, until the shipper holds back.
+    let mut recorded = 0u32;
+    while held("unacked_bytes") == 0 {
+        assert!(recorded < 500, "500 edges shipped and never held back");
+        recorded += 1;
+        let e = edge(recorded, recorded, 80);
+        record(&table, &mut model, &e, i64::from(recorded), 1);
+        let sent = || metrics.delta_edges_sent.get() == u64::from(recorded);
+        eventually("the edge is shipped or held back", || {
+            sent() || held("unacked_bytes") > 0
+        })
+        .await;
+    }
+    let shipped = metrics.delta_edges_sent.get();
+    for i in 1..=50 {
+        record(&table, &mut model, &edge(1000 + i, i, 443), 5_000, 1);
+    }
+    let then = held("unacked_bytes");
+    eventually("ten more flush intervals held back", || {
+        held("unacked_bytes") >= then + 10
+    })
+    .await;
+    assert_eq!(metrics.delta_edges_sent.get(), shipped, "nothing drained");
+    assert_eq!(held("unacked_batches"), 0);
+    assert_eq!(table.len(), model.len(), "the table kept aggregating");
+    eventually("the leader has every batch sent", || {
+        sizes.lock().unwrap().len() as u64 == metrics.deltas_sent.get()
+    })
+    .await;
+    let received = sizes.lock().unwrap().clone();
+    let total: usize = received.iter().sum();
+    assert_eq!(metrics.ship_unacked_bytes.get(), total as i64);
+    assert!(
+        total >= BUDGET && total - received.last().unwrap() < BUDGET,
+        "the last drain shipped was admitted under the budget: {received:?}"
+    );
+
+    release_tx.send(true).unwrap();
+    eventually("everything held back is shipped once acked", || {
+        metrics.delta_edges_sent.get() == model.len() as u64
+    })
+    .await;
+    state.shut_down();
+    task.await.unwrap();
+    server.abort();
 }
 
 /// An entry too large for one message even alone is not shipped, and is counted; the

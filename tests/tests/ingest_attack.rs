@@ -600,6 +600,7 @@ async fn an_agent_that_never_reads_its_acks_is_cut_off_and_others_carry_on() {
         flush_interval: Duration::from_millis(10),
         max_message_bytes: 1024,
         max_unacked: 8,
+        max_unacked_bytes: 8 << 20,
         idle_expiry: Duration::from_secs(3600),
         token_file: None,
     };

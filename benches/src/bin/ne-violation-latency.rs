@@ -165,6 +165,7 @@ async fn main() -> anyhow::Result<()> {
         flush_interval: args.flush_interval,
         max_message_bytes: 1 << 20,
         max_unacked: 64,
+        max_unacked_bytes: 8 << 20,
         idle_expiry: Duration::from_secs(3600),
         token_file: None,
     };

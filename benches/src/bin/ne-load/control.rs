@@ -56,6 +56,10 @@ pub struct Report {
     pub flows: u64,
     /// Flows not recorded because the table was full.
     pub table_full: u64,
+    /// Entries shed under pressure (a table near its capacity), agents only.
+    pub shed: u64,
+    /// Flush intervals the shipper held back, waiting for acks (agents).
+    pub held: u64,
     /// Bytes of the batches sent to the leader (agents) or received (leader).
     pub batch_bytes: u64,
     /// Entries sent (agents) or received (leader), snapshots included.

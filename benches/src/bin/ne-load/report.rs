@@ -4,7 +4,7 @@
 
 use ne_flow::flow::Timestamp;
 
-use crate::control::Latency;
+use crate::control::{Latency, Report};
 use crate::run::{LoadArgs, Measured, Mode, ModeResult};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -173,11 +173,15 @@ pub fn mode(args: &LoadArgs, mode: Mode, r: &ModeResult) {
                 r.leader.last.flow_to_violation,
             );
             writes(&r.leader);
-            let table_full: u64 = r.agents.iter().map(|a| a.after.table_full).sum();
+            let sum = |f: fn(&Report) -> u64| -> u64 { r.agents.iter().map(|a| f(&a.after)).sum() };
             println!(
-                "  edges: leader index {}, agent tables {:?}, dropped (table full) {table_full}",
+                "  edges: leader index {}, agent tables {:?}, dropped (table full) {}, shed under \
+                 pressure {}; flush intervals held back for acks {}",
                 r.leader.after.edges,
-                r.agents.iter().map(|a| a.after.edges).collect::<Vec<_>>()
+                r.agents.iter().map(|a| a.after.edges).collect::<Vec<_>>(),
+                sum(|a| a.table_full),
+                sum(|a| a.shed),
+                sum(|a| a.held),
             );
         }
     }

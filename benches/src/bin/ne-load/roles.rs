@@ -117,6 +117,7 @@ pub async fn agent(
         flush_interval: args.flush_interval,
         max_message_bytes: 1 << 20,
         max_unacked: 64,
+        max_unacked_bytes: 8 << 20,
         idle_expiry: Duration::from_secs(3600),
         token_file: None,
     };
@@ -129,6 +130,19 @@ pub async fn agent(
     let report = || Report {
         flows: flows(&metrics),
         table_full: table_full(&metrics),
+        shed: metrics
+            .edges_expired
+            .get_or_create(&ne_node_agent::metrics::ExpiryLabel { reason: "pressure" })
+            .get(),
+        held: ["unacked_batches", "unacked_bytes"]
+            .map(|reason| {
+                metrics
+                    .ship_held
+                    .get_or_create(&ne_node_agent::metrics::HeldLabel { reason })
+                    .get()
+            })
+            .iter()
+            .sum(),
         batch_bytes: metrics.delta_bytes_sent.get(),
         batch_edges: metrics.delta_edges_sent.get(),
         batches: metrics.deltas_sent.get(),
