@@ -19,7 +19,7 @@
 //! slow leader leaves queued stays bounded. Batches in flight when a stream
 //! breaks are not re-sent: the next stream starts with a snapshot of the current totals,
 //! which covers them. Idle entries (not seen for `idle_expiry` before the latest flow
-//! time shipped) are expired only while every drained batch is acked, so the leader holds
+//! time shipped, or dropped for want of room) are expired only while every drained batch is acked, so the leader holds
 //! an entry's last value before the agent forgets it. A leader elected later gets only
 //! what agents still hold: the expiry bounds agent memory at that price, until the leader
 //! reloads its proposals from the cluster.
@@ -274,6 +274,12 @@ async fn stream(
                 // holds the last value of every drained entry (the table spares the dirty
                 // ones). After the drain, a busy table would always have a batch in flight.
                 if unacked.is_empty() {
+                    // A full table flooded with new edges ships nothing, yet its flows'
+                    // clock moves on: the drops tell it, or nothing would ever turn idle.
+                    flow_clock = tables
+                        .each()
+                        .filter_map(|(_, t)| t.latest_dropped())
+                        .fold(flow_clock, |c, t| c.max(t.0));
                     for (_, table) in tables.each() {
                         expire(table, flow_clock, config, metrics);
                     }

@@ -611,6 +611,46 @@ async fn a_leader_that_does_not_ack_holds_the_agent_at_its_byte_budget() {
     server.abort();
 }
 
+/// A table filled within one flush interval and then flooded with new edges only ships
+/// nothing more, so shipping alone would never move its flow clock and nothing would turn
+/// old enough to shed: the dropped flows' times move it, and the table takes new edges
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_full_of_new_entries_sheds_on_the_clock_of_the_flows_it_drops() {
+    const SECOND: i64 = 1_000_000_000;
+    let l = leader(true, 1).await;
+    let table = Arc::new(FlowTable::new(100));
+    let mut model = Model::new();
+    for i in 1..=100 {
+        record(
+            &table,
+            &mut model,
+            &edge(i, i, 80),
+            10 * SECOND + i64::from(i),
+            1,
+        );
+    }
+    let (state, metrics, task) = start_agent(config(&[l.address], 1), table.clone());
+    converges(&l.index, &model, "the table, shipped").await;
+    // The flood goes on, seconds later on the flows' clock: every flow a new edge.
+    let flood = edge(500, 500, 80);
+    assert_eq!(
+        table.record(&flood, Timestamp(15 * SECOND), 1),
+        ne_flow::table::RecordOutcome::Dropped
+    );
+    eventually("the table sheds under pressure", || table.len() <= 75).await;
+    let pressure = metrics
+        .edges_expired
+        .get_or_create(&ne_node_agent::metrics::ExpiryLabel { reason: "pressure" })
+        .get();
+    assert_eq!(pressure, 25);
+    record(&table, &mut model, &flood, 15 * SECOND, 1);
+    converges(&l.index, &model, "a flood edge, after the shedding").await;
+    state.shut_down();
+    task.await.unwrap();
+    l.server.abort();
+}
+
 /// An entry too large for one message even alone is not shipped, and is counted; the
 /// others still reach the leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

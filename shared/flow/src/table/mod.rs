@@ -175,6 +175,8 @@ pub struct FlowTable {
     /// lock, so the bound holds exactly under concurrency.
     len: AtomicUsize,
     dropped: AtomicU64,
+    /// The latest time of a dropped edge (`i64::MIN`: none yet).
+    latest_dropped: AtomicI64,
     /// The last serial given to an entry.
     serials: AtomicU64,
 }
@@ -193,6 +195,7 @@ impl FlowTable {
             capacity: capacity.min(MAX_CAPACITY),
             len: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
+            latest_dropped: AtomicI64::new(i64::MIN),
             serials: AtomicU64::new(0),
         }
     }
@@ -228,6 +231,7 @@ impl FlowTable {
             });
         if reserved.is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.latest_dropped.fetch_max(time.0, Ordering::Relaxed);
             return RecordOutcome::Dropped;
         }
         let serial = self.serials.fetch_add(1, Ordering::Relaxed) + 1;
@@ -285,6 +289,13 @@ impl FlowTable {
     /// New edges dropped because the table was full, since creation.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// The latest time of a new edge dropped because the table was full, if any was: the
+    /// flows' clock moves on while a full table's entries stand still.
+    pub fn latest_dropped(&self) -> Option<Timestamp> {
+        let t = self.latest_dropped.load(Ordering::Relaxed);
+        (t != i64::MIN).then_some(Timestamp(t))
     }
 
     /// The entries changed since the previous drain, in no particular order; their dirty

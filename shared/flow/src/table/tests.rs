@@ -195,7 +195,7 @@ proptest! {
     fn capacity_is_a_hard_bound(capacity in 0usize..12, recs in records()) {
         let table = FlowTable::new(capacity);
         let mut stored = BTreeSet::new();
-        let mut dropped = 0u64;
+        let (mut dropped, mut latest_dropped) = (0u64, None);
         for &(k, t, c) in &recs {
             let key = EdgeKey::of(&edge(k));
             let expected = if stored.contains(&key) {
@@ -205,6 +205,7 @@ proptest! {
                 RecordOutcome::Inserted
             } else {
                 dropped += 1;
+                latest_dropped = latest_dropped.max(Some(Timestamp(t)));
                 RecordOutcome::Dropped
             };
             prop_assert_eq!(table.record(&edge(k), Timestamp(t), c), expected);
@@ -212,6 +213,7 @@ proptest! {
         prop_assert!(table.len() <= capacity);
         prop_assert_eq!(table.len(), stored.len());
         prop_assert_eq!(table.dropped(), dropped);
+        prop_assert_eq!(table.latest_dropped(), latest_dropped);
         prop_assert_eq!(by_key(table.snapshot()).keys().cloned().collect::<BTreeSet<_>>(), stored);
     }
 }
