@@ -69,6 +69,10 @@ enum Role {
 }
 
 fn child(future: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    // Quiet unless asked: a log line on the harness's stderr per child event.
+    if std::env::var_os("RUST_LOG").is_some() {
+        ne_telemetry::runtime::init_logging(ne_telemetry::runtime::LogFormat::Text);
+    }
     // As `#[tokio::main]` builds it for `ne-agent`: one worker per core.
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
