@@ -45,3 +45,20 @@ pub fn edge(i: usize) -> Edge {
         denied_by: None,
     }
 }
+
+/// The edges of a flood of new peers, the worst case for memory (what `ne-load --churn`
+/// sends): the `i`th is workload `i % 200` (8 namespaces) to the `i`th external address,
+/// TCP 443. Every call allocates anew.
+pub fn flood_edge(i: u32) -> Edge {
+    let w = i % 200;
+    let ip = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i));
+    Edge {
+        subject: workload(&format!("ns-{}", w % 8), format!("app-{w}")),
+        direction: Direction::Egress,
+        peer: Endpoint::new(EndpointId::External(ip)).with_ip(Some(ip)),
+        protocol: Protocol::Tcp,
+        port: 443,
+        peer_dns: None,
+        denied_by: None,
+    }
+}
