@@ -5,7 +5,8 @@
 //! standby answers `UNAVAILABLE`; the next address is tried). On every new stream the
 //! agent says `Hello` (node, agent id, process epoch), waits for the leader's first ack,
 //! sends its whole table as a snapshot, then every `--flush-interval` the entries that
-//! changed ([`FlowTable::drain_dirty`]), encoded by [`ne_delta::Encoder`]. Counts
+//! changed ([`FlowTable::drain_dirty_chunks`], a few thousand at a time), encoded by
+//! [`ne_delta::Encoder`]. Counts
 //! and times are totals, so a batch delivered twice changes nothing at the leader.
 //!
 //! Denials travel on the same stream: the agent's three tables ([`ShipTables`]: learned
@@ -119,9 +120,33 @@ impl ShipTables {
         self.each().map(|(_, t)| t.capacity()).sum()
     }
 
-    /// The changed entries of every table (their dirty flags cleared), by class.
-    fn drain_dirty(&self) -> Vec<(EdgeClass, Vec<EdgeSnapshot>)> {
-        self.each().map(|(c, t)| (c, t.drain_dirty())).collect()
+    /// Drains the changed entries of every table (their dirty flags cleared) and hands
+    /// them to `send` by class, in pieces of about [`SHIP_CHUNK`] entries with the classes
+    /// together, so that a flooded table's drain is never held whole. Returns the latest
+    /// flow time drained, if anything was.
+    fn drain_in_chunks(
+        &self,
+        mut send: impl FnMut(&[(EdgeClass, Vec<EdgeSnapshot>)]),
+    ) -> Option<i64> {
+        let mut pending = Vec::new();
+        let mut newest = None;
+        let mut flush = |pending: &mut Vec<(EdgeClass, Vec<EdgeSnapshot>)>| {
+            newest = newest.max(latest(pending));
+            send(pending);
+            pending.clear();
+        };
+        for (class, table) in self.each() {
+            table.drain_dirty_chunks(SHIP_CHUNK, |piece| {
+                pending.push((class, piece));
+                if entries(&pending) >= SHIP_CHUNK {
+                    flush(&mut pending);
+                }
+            });
+        }
+        if !pending.is_empty() {
+            flush(&mut pending);
+        }
+        newest
     }
 
     /// Every entry of every table, by class.
@@ -242,7 +267,7 @@ async fn stream(
     let mut unacked = Unacked::default();
     let mut next_sequence = 1u64;
     // Clear the dirty flags first: whatever changes after this shows up in a delta.
-    drop(tables.drain_dirty());
+    tables.drain_in_chunks(|_| {});
     let all = tables.snapshot();
     // Idleness is measured on the flows' own clock (the latest flow time shipped), not the
     // wall clock: a replayed capture, or a data plane whose clock is off, does not make
@@ -287,15 +312,21 @@ async fn stream(
                 if let Some(reason) = unacked.held_by(config) {
                     metrics.ship_held.get_or_create(&HeldLabel { reason }).inc();
                 } else {
-                    let changed = tables.drain_dirty();
-                    if let Some(latest) = latest(&changed) {
-                        flow_clock = flow_clock.max(latest);
-                    }
-                    let n = entries(&changed);
-                    if n > 0 {
-                        let batches = encoder.encode_classes(next_sequence, false, &by_class(&changed), config.max_message_bytes);
+                    let mut failed = None;
+                    let drained = tables.drain_in_chunks(|changed| {
+                        if failed.is_some() {
+                            return; // the stream is gone; the next one starts with a snapshot
+                        }
+                        let batches = encoder.encode_classes(next_sequence, false, &by_class(changed), config.max_message_bytes);
                         oversized = count_oversized(&encoder, oversized, metrics);
-                        ship(&tx, batches, &mut next_sequence, &mut unacked, n, metrics)?;
+                        let n = entries(changed);
+                        failed = ship(&tx, batches, &mut next_sequence, &mut unacked, n, metrics).err();
+                    });
+                    if let Some(error) = failed {
+                        return Err(error);
+                    }
+                    if let Some(latest) = drained {
+                        flow_clock = flow_clock.max(latest);
                     }
                 }
             }
@@ -429,6 +460,10 @@ fn send(
     })
     .map_err(|_| anyhow::anyhow!("the stream to the leader closed"))
 }
+
+/// Changed entries encoded and sent at a time ([`ShipTables::drain_in_chunks`]): some
+/// 450 KiB of batches for entries all new, one message at the default `--max-message-bytes`.
+const SHIP_CHUNK: usize = 16_384;
 
 /// A table holding more than this share of its capacity after the idle expiry sheds
 /// entries under pressure ([`expire`]) ...

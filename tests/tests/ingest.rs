@@ -651,6 +651,42 @@ async fn a_table_full_of_new_entries_sheds_on_the_clock_of_the_flows_it_drops() 
     l.server.abort();
 }
 
+/// A drain of more changed entries than the shipper encodes at a time goes out in pieces,
+/// and the leader gets every entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_larger_than_a_chunk_arrives_whole() {
+    let l = leader(true, 1).await;
+    let table = Arc::new(FlowTable::new(1 << 16));
+    let mut model = Model::new();
+    let (state, metrics, task) = start_agent(
+        ShipConfig {
+            max_message_bytes: 1 << 20,
+            // Long enough to record them all between two drains.
+            flush_interval: Duration::from_millis(500),
+            ..config(&[l.address], 1)
+        },
+        table.clone(),
+    );
+    // Once the snapshot is taken, whatever is recorded goes out in deltas only.
+    eventually("the stream's snapshot", || {
+        metrics.ship_snapshots.get() == 1
+    })
+    .await;
+    // 40 000 new edges at once: one flush interval's drain of about three chunks.
+    for i in 0..40_000u32 {
+        record(&table, &mut model, &edge(i % 200, i, 80), i64::from(i), 1);
+    }
+    converges(&l.index, &model, "every entry of the drain").await;
+    assert_eq!(
+        metrics.delta_edges_sent.get(),
+        40_000,
+        "each entry shipped once"
+    );
+    state.shut_down();
+    task.await.unwrap();
+    l.server.abort();
+}
+
 /// An entry too large for one message even alone is not shipped, and is counted; the
 /// others still reach the leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

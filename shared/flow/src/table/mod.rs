@@ -306,17 +306,34 @@ impl FlowTable {
     /// again after the clearing and shows up in the next drain. (The flag, its clearing
     /// and the count are SeqCst; see `Stats::add`.)
     pub fn drain_dirty(&self) -> Vec<EdgeSnapshot> {
+        let mut all = Vec::new();
+        self.drain_dirty_chunks(usize::MAX, |chunk| all = chunk);
+        all
+    }
+
+    /// [`FlowTable::drain_dirty`] in pieces: hands `ship` the changed entries a few shards
+    /// at a time, each piece once it holds `chunk` entries or more (the last one whatever it
+    /// holds; none when nothing changed), so a drain of a flooded table never holds all of
+    /// it at once. Pieces are cut between shards, with no lock held while `ship` runs.
+    pub fn drain_dirty_chunks(&self, chunk: usize, mut ship: impl FnMut(Vec<EdgeSnapshot>)) {
         let mut out = Vec::new();
         for shard in &self.shards {
-            let shard = read(shard);
-            out.extend(
-                shard
-                    .entries()
-                    .filter(|e| e.stats.take_dirty())
-                    .map(|e| shard.read(e)),
-            );
+            {
+                let shard = read(shard);
+                out.extend(
+                    shard
+                        .entries()
+                        .filter(|e| e.stats.take_dirty())
+                        .map(|e| shard.read(e)),
+                );
+            }
+            if out.len() >= chunk {
+                ship(std::mem::take(&mut out));
+            }
         }
-        out
+        if !out.is_empty() {
+            ship(out);
+        }
     }
 
     /// Every entry, in no particular order, leaving dirty flags as they are (for a new or

@@ -149,6 +149,29 @@ proptest! {
     }
 
     #[test]
+    fn a_drain_in_chunks_gives_every_changed_entry_once_in_pieces_of_at_least_chunk(
+        recs in records(),
+        chunk in 1usize..8,
+    ) {
+        let table = FlowTable::new(1_000);
+        fill(&table, &recs);
+        let mut pieces = Vec::new();
+        table.drain_dirty_chunks(chunk, |piece| pieces.push(piece));
+        prop_assert!(pieces.iter().all(|p| !p.is_empty()));
+        if let Some((_, full)) = pieces.split_last() {
+            prop_assert!(full.iter().all(|p| p.len() >= chunk), "only the last piece is short");
+        }
+        let entries: Vec<EdgeSnapshot> = pieces.into_iter().flatten().collect();
+        let n = entries.len();
+        let drained = by_key(entries);
+        prop_assert_eq!(drained.len(), n, "each entry once");
+        prop_assert_eq!(&drained, &model(&recs));
+        let mut again = 0;
+        table.drain_dirty_chunks(chunk, |_| again += 1);
+        prop_assert_eq!(again, 0, "the flags were cleared");
+    }
+
+    #[test]
     fn drain_returns_nothing_until_new_records(recs in records(), more in records()) {
         let table = FlowTable::new(1_000);
         fill(&table, &recs);
