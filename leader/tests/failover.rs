@@ -167,6 +167,7 @@ fn killing_the_leader_process_loses_nothing() {
         flush_interval: Duration::from_millis(20),
         max_message_bytes: 1 << 20,
         max_unacked: 8,
+        max_unacked_bytes: 8 << 20,
         idle_expiry: Duration::from_secs(3600),
         token_file: None,
     };
