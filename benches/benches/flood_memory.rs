@@ -21,19 +21,14 @@ use ne_leader::learning;
 use ne_policy::allowlist::LearnOptions;
 use ne_policy::index::{AgentId, EdgeIndex, MergedEdge};
 use ne_policy::resolve::RecordOnly;
-use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 
 #[global_allocator]
 static ALLOCATOR: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
 
 /// Net bytes allocated while `f` runs and still held after it, with what it returns.
 fn held<T>(f: impl FnOnce() -> T) -> (T, i64) {
-    let region = Region::new(ALLOCATOR);
-    let value = f();
-    let s = region.change();
-    // A reallocation's growth is already in `bytes_allocated` (its shrinking in
-    // `bytes_deallocated`).
-    (value, s.bytes_allocated as i64 - s.bytes_deallocated as i64)
+    ne_benches::alloc::held(ALLOCATOR, f)
 }
 
 const ENTRIES: usize = 100_000;

@@ -463,6 +463,7 @@ struct Event {
     time: Timestamp,
 }
 
+pub mod alloc;
 pub mod cluster;
 pub mod edges;
 mod pb;
