@@ -58,6 +58,17 @@ pub struct LeaderMetrics {
     pub connections_refused: Counter,
 }
 
+impl LeaderMetrics {
+    /// The gauges of the merged indexes' sizes, for their owner task to keep.
+    pub fn index_gauges(&self) -> super::IndexGauges {
+        super::IndexGauges {
+            edges: self.edges.clone(),
+            denials: self.denied_edges.clone(),
+            audits: self.audit_edges.clone(),
+        }
+    }
+}
+
 impl Default for LeaderMetrics {
     fn default() -> Self {
         LeaderMetrics {

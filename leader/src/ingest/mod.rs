@@ -56,7 +56,7 @@ use tonic::{Code, Request, Response, Status, Streaming};
 pub use limits::IngestLimits;
 pub use metrics::LeaderMetrics;
 use ne_proto::ingest::ingest_server::IngestServer;
-pub use owner::{IndexClosed, IndexHandle, Indexes, Merged};
+pub use owner::{IndexClosed, IndexGauges, IndexHandle, Indexes, Merged};
 
 /// Whether this replica may accept streams (it holds the Lease). Kept behind a trait so
 /// tests run election in-process.

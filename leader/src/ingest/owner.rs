@@ -8,6 +8,7 @@
 
 use ne_delta::{DecodedBatch, EdgeClass};
 use ne_policy::index::{AgentId, ApplyStats, EdgeIndex, Hello, MergedEdge};
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{mpsc, oneshot};
 
 /// What the owner task does.
@@ -95,6 +96,14 @@ impl Indexes {
         total
     }
 
+    /// Sets `gauges` to how many entries each index holds now.
+    fn measure(&self, gauges: &IndexGauges) {
+        let size = |index: &EdgeIndex| i64::try_from(index.len()).unwrap_or(i64::MAX);
+        gauges.edges.set(size(&self.edges));
+        gauges.denials.set(size(&self.denials));
+        gauges.audits.set(size(&self.audits));
+    }
+
     fn merged(&self) -> Merged {
         Merged {
             edges: self.edges.merged().cloned().collect(),
@@ -102,6 +111,15 @@ impl Indexes {
             audits: self.audits.merged().cloned().collect(),
         }
     }
+}
+
+/// The gauges the owner task keeps at the size of each index, after every batch and
+/// hello: what the index holds is visible even while no round runs.
+#[derive(Clone, Debug, Default)]
+pub struct IndexGauges {
+    pub edges: Gauge,
+    pub denials: Gauge,
+    pub audits: Gauge,
 }
 
 /// A handle on the indexes' owner task; cheap to clone.
@@ -128,6 +146,15 @@ impl IndexHandle {
         capacity: usize,
         max_agents: usize,
     ) -> (IndexHandle, tokio::task::JoinHandle<Indexes>) {
+        IndexHandle::spawn_gauged(capacity, max_agents, IndexGauges::default())
+    }
+
+    /// [`IndexHandle::spawn_with_max_agents`], keeping `gauges` at the indexes' sizes.
+    pub fn spawn_gauged(
+        capacity: usize,
+        max_agents: usize,
+        gauges: IndexGauges,
+    ) -> (IndexHandle, tokio::task::JoinHandle<Indexes>) {
         let (tx, mut rx) = mpsc::channel::<Command>(256);
         let task = tokio::spawn(async move {
             let mut indexes = Indexes::new(capacity, max_agents);
@@ -135,6 +162,7 @@ impl IndexHandle {
                 match command {
                     Command::Hello { agent, epoch, done } => {
                         let _ = done.send(indexes.hello(&agent, epoch));
+                        indexes.measure(&gauges);
                     }
                     Command::Apply {
                         agent,
@@ -142,7 +170,9 @@ impl IndexHandle {
                         batch,
                         done,
                     } => {
-                        let _ = done.send(indexes.apply(&agent, epoch, &batch));
+                        let stats = indexes.apply(&agent, epoch, &batch);
+                        indexes.measure(&gauges);
+                        let _ = done.send(stats);
                     }
                     Command::Read { done } => {
                         let _ = done.send(indexes.merged());
@@ -291,5 +321,42 @@ mod tests {
             ),
             (1, 2, 1)
         );
+    }
+
+    /// The gauges follow every batch as it is applied: no read of the indexes (no round)
+    /// is needed for them to show what ingest took in.
+    #[tokio::test]
+    async fn the_gauges_follow_every_batch_without_a_read() {
+        let gauges = IndexGauges::default();
+        let (index, _owner) = IndexHandle::spawn_gauged(20, 8, gauges.clone());
+        let agent = AgentId::from("node-a");
+        index.hello(agent.clone(), 1).await.unwrap();
+        let sizes = || {
+            (
+                gauges.edges.get(),
+                gauges.denials.get(),
+                gauges.audits.get(),
+            )
+        };
+        assert_eq!(sizes(), (0, 0, 0));
+        let edges = vec![snap(80, 1, 1), snap(81, 1, 1)];
+        index
+            .apply(
+                agent.clone(),
+                1,
+                batch(1, edges, vec![snap(80, 1, 1)], Vec::new()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(sizes(), (2, 1, 0));
+        index
+            .apply(
+                agent.clone(),
+                1,
+                batch(2, vec![snap(82, 1, 1)], Vec::new(), vec![snap(0, 1, 1)]),
+            )
+            .await
+            .unwrap();
+        assert_eq!(sizes(), (3, 1, 1));
     }
 }

@@ -64,7 +64,8 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
     let auth = authenticator(args).await?;
     let controller_metrics = Arc::new(ControllerMetrics::default());
     let telemetry = Telemetry::start(args, &metrics, &controller_metrics).await?;
-    let (index, _owner) = IndexHandle::spawn_with_max_agents(args.max_edges, args.max_agents);
+    let (index, _owner) =
+        IndexHandle::spawn_gauged(args.max_edges, args.max_agents, metrics.index_gauges());
     let address = ingest_listener.local_addr()?;
     let service = IngestService::new(
         index.clone(),
@@ -83,7 +84,6 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
     let controller = controller(args, provider, &options, &controller_metrics, &telemetry).await?;
     let mut rounds = Rounds {
         index,
-        metrics,
         controller,
         provider,
         options,

@@ -3,18 +3,16 @@
 //! alone), and the round's proposals go to `--output`.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use ne_crds::WorkloadNetworkPolicyProposal;
 use ne_flow::edge::Provider;
 use ne_policy::allowlist::LearnOptions;
-use ne_policy::index::MergedEdge;
 use ne_policy::resolve::RecordOnly;
 
 use super::leadership::Leader;
 use crate::controller::Controller;
-use crate::ingest::{IndexHandle, LeaderMetrics, Leadership};
+use crate::ingest::{IndexHandle, Leadership};
 use crate::violations::detect::Traffic;
 use crate::{learning, output};
 
@@ -23,7 +21,6 @@ use crate::{learning, output};
 /// proposals to `--output`.
 pub(super) struct Rounds {
     pub(super) index: IndexHandle,
-    pub(super) metrics: Arc<LeaderMetrics>,
     pub(super) controller: Option<Controller>,
     pub(super) provider: Provider,
     pub(super) options: LearnOptions,
@@ -55,10 +52,6 @@ impl Rounds {
     async fn round(&mut self, leadership: &Leader) -> anyhow::Result<()> {
         let held = self.index.read().await?;
         let merged = &held.edges;
-        let gauge = |v: &[MergedEdge]| i64::try_from(v.len()).unwrap_or(i64::MAX);
-        self.metrics.edges.set(gauge(merged));
-        self.metrics.denied_edges.set(gauge(&held.denials));
-        self.metrics.audit_edges.set(gauge(&held.audits));
         let traffic = Traffic {
             edges: merged,
             denials: &held.denials,
