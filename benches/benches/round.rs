@@ -4,10 +4,8 @@
 //! `ProtectSafe` facts, and the planner over all of it. Each stage is timed alone, on the
 //! output of the one before, as `Controller::round` chains them.
 //!
-//! Shape: `ne_benches::cluster::cluster(10 000)` (2 000 Deployments in 100 namespaces);
-//! 100 000 merged ingress edges between them on 50 ports; 1 000 of the Deployments'
-//! learned proposals promoted to monitor-mode policies, each with its last rule dropped so
-//! that part of the traffic is a violation.
+//! Shape: `ne_benches::round::Fixture` (10 000 pods, 100 000 merged edges, 1 000
+//! monitor-mode policies). `ne-round <stage>` runs one stage once, for callgrind.
 //!
 //! Command: `cargo bench -p ne-benches --bench round -- --warm-up-time 1 --measurement-time 10`
 
@@ -18,56 +16,11 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff;
-use ne_benches::cluster::cluster;
-use ne_crds::{Mode, WorkloadNetworkPolicy};
-use ne_flow::edge::{Edge, Provider};
-use ne_flow::flow::{
-    Direction, Endpoint, EndpointId, Protocol, Timestamp, WorkloadKind, WorkloadRef,
-};
+use ne_benches::round::{EDGES, Fixture, POLICIES};
+use ne_flow::edge::Provider;
 use ne_leader::controller::plan::{self, Config, Workload, World};
 use ne_leader::controller::safety::{self, HostTraffic};
 use ne_leader::violations::detect::{Traffic, detect};
-use ne_policy::allowlist::LearnOptions;
-use ne_policy::index::MergedEdge;
-use ne_policy::resolve::ClusterSnapshot;
-
-const PODS: usize = 10_000;
-const DEPLOYMENTS: usize = PODS / 5;
-const EDGES: usize = 100_000;
-const POLICIES: usize = 1_000;
-
-fn deployment(d: usize) -> Endpoint {
-    Endpoint::new(EndpointId::Workload(WorkloadRef {
-        namespace: format!("ns-{}", d / 20).into(),
-        kind: WorkloadKind::Deployment,
-        name: format!("app-{d}").into(),
-    }))
-}
-
-/// `EDGES` ingress edges: each Deployment is reached by 50 others, on one port each.
-fn merged() -> Vec<MergedEdge> {
-    (0..EDGES)
-        .map(|i| {
-            let subject = i % DEPLOYMENTS;
-            let k = i / DEPLOYMENTS;
-            let peer = (subject + 1 + k * 37) % DEPLOYMENTS;
-            MergedEdge {
-                edge: Edge {
-                    subject: deployment(subject),
-                    direction: Direction::Ingress,
-                    peer: deployment(peer),
-                    protocol: Protocol::Tcp,
-                    port: 8000 + (k % 50) as u16,
-                    peer_dns: None,
-                    denied_by: None,
-                },
-                count: 10,
-                first_seen: Timestamp::from_secs(1_800_000_000),
-                last_seen: Timestamp::from_secs(1_800_000_060),
-            }
-        })
-        .collect()
-}
 
 fn config() -> Config {
     Config {
@@ -79,45 +32,15 @@ fn config() -> Config {
 }
 
 fn round(c: &mut Criterion) {
-    let (snapshot, _) = ClusterSnapshot::from_objects(cluster(PODS), []);
-    let edges = merged();
-    let learn = || {
-        ne_leader::learning::learn(
-            ne_leader::learning::merged(&edges),
-            &snapshot,
-            Provider::Cilium,
-            &LearnOptions::default(),
-        )
-    };
+    let fixture = Fixture::new();
+    let (snapshot, edges, policies) = (&fixture.snapshot, &fixture.edges, &fixture.policies);
+    let learn = || fixture.learn();
     let learned = learn();
-    assert_eq!(
-        learned.proposals.len(),
-        DEPLOYMENTS,
-        "one ingress proposal each"
-    );
-    // The first POLICIES proposals, promoted in monitor mode with their last rule dropped.
-    let policies: Vec<WorkloadNetworkPolicy> = learned.proposals[..POLICIES]
-        .iter()
-        .map(|p| {
-            let mut spec = p.spec.promoted(Mode::Monitor);
-            if let Some(rules) = spec.kubernetes.as_mut().and_then(|k| k.ingress.as_mut()) {
-                rules.pop();
-            }
-            let mut w =
-                WorkloadNetworkPolicy::new(p.metadata.name.as_deref().unwrap_or_default(), spec);
-            w.metadata.namespace = p.metadata.namespace.clone();
-            w.metadata.uid = Some(format!(
-                "uid-{}",
-                p.metadata.name.as_deref().unwrap_or_default()
-            ));
-            w
-        })
-        .collect();
     let traffic = Traffic {
-        edges: &edges,
+        edges,
         ..Traffic::default()
     };
-    let detected = detect(traffic, &policies, &snapshot, ne_crds::Backend::Kubernetes);
+    let detected = detect(traffic, policies, snapshot, ne_crds::Backend::Kubernetes);
     let violating: usize = detected.observations.values().map(Vec::len).sum();
     assert!(
         violating > 0 && detected.allowed > 0,
@@ -125,9 +48,9 @@ fn round(c: &mut Criterion) {
     );
     let facts = || {
         safety::facts(
-            &policies,
+            policies,
             &learned.proposals,
-            &snapshot,
+            snapshot,
             &learned.summary.allow_lists,
             HostTraffic::Allowed,
         )
@@ -154,7 +77,7 @@ fn round(c: &mut Criterion) {
         learned: &learned.proposals,
         workloads: &workloads,
         proposals: &[],
-        policies: &policies,
+        policies,
         network_policies: &[],
         authorization_policies: None,
         observations: &detected.observations,
@@ -177,8 +100,8 @@ fn round(c: &mut Criterion) {
         b.iter(|| {
             black_box(detect(
                 traffic,
-                &policies,
-                &snapshot,
+                policies,
+                snapshot,
                 ne_crds::Backend::Kubernetes,
             ))
         })

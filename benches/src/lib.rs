@@ -468,6 +468,7 @@ pub mod cluster;
 pub mod edges;
 mod pb;
 mod render;
+pub mod round;
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,7 @@
 use ne_crds::WorkloadNetworkPolicyProposal;
 use ne_flow::edge::Provider;
 use ne_flow::table::EdgeSnapshot;
-use ne_policy::allowlist::{self, AggregatedEdge, LearnOptions, LearnSummary, Proposal};
+use ne_policy::allowlist::{self, AggregatedEdge, LearnOptions, LearnSummary};
 use ne_policy::index::MergedEdge;
 use ne_policy::resolve::Resolver;
 
@@ -33,8 +33,8 @@ pub fn learn<'a>(
     let mut proposals = Vec::with_capacity(learned.allow_lists.len());
     let mut unrendered = Vec::new();
     for list in &learned.allow_lists {
-        match allowlist::render_proposal(list) {
-            Ok(p) => proposals.push(Proposal::into_object_with_status(p)),
+        match allowlist::render_proposal_with_status(list) {
+            Ok(p) => proposals.push(p),
             Err(e) => unrendered.push(format!("{} {}: {e}", list.subject, list.direction)),
         }
     }

@@ -27,7 +27,10 @@ mod peer;
 pub(crate) mod render;
 mod summary;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
+
+use foldhash::HashMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use ne_crds::Backend;
@@ -36,7 +39,7 @@ use serde::Serialize;
 pub use peer::{NAMESPACE_NAME_LABEL, PeerKey, SelectorKey, host_cidr};
 pub use render::{
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, MAX_NAME_LEN, PeerEvidenceRow, Proposal, RenderError,
-    kube_time, proposal_name, render_proposal,
+    kube_time, proposal_name, render_proposal, render_proposal_with_status,
 };
 pub use summary::{AllowListSummary, InvalidEdge, LearnSummary, PeerSkip, Tally, UnmanagedPeer};
 
@@ -161,6 +164,26 @@ pub struct Learner<'r> {
     options: LearnOptions,
     entries: BTreeMap<(WorkloadRef, Direction), Entry>,
     summary: LearnSummary,
+    /// The canonical keys made of resolutions the resolver lends (see
+    /// [`Resolver::resolve_shared`]), by the resolution's address: many edges share a pod,
+    /// and its keys are made once. Sound because a lent resolution lives as long as the
+    /// resolver, which outlives the learner: while it does, no other resolution can take
+    /// its address.
+    subject_keys: HashMap<usize, Option<SelectorKey>>,
+    peer_keys: HashMap<usize, Result<PeerKey, PeerSkip>>,
+}
+
+/// The address of a resolution the resolver lent, `None` for one made for the call.
+fn lent(resolution: Option<&Resolution>) -> Option<usize> {
+    resolution.map(|r| std::ptr::from_ref(r) as usize)
+}
+
+/// The resolution, when the resolver lent it.
+fn borrowed<'a>(resolution: &Cow<'a, Resolution>) -> Option<&'a Resolution> {
+    match resolution {
+        Cow::Borrowed(r) => Some(r),
+        Cow::Owned(_) => None,
+    }
 }
 
 impl std::fmt::Debug for Learner<'_> {
@@ -203,6 +226,8 @@ impl<'r> Learner<'r> {
             options,
             entries: BTreeMap::new(),
             summary: LearnSummary::default(),
+            subject_keys: HashMap::default(),
+            peer_keys: HashMap::default(),
         }
     }
 
@@ -218,7 +243,13 @@ impl<'r> Learner<'r> {
             return;
         }
         let seen = Seen::between(e.first_seen, e.last_seen);
-        let (subject, selector) = match self.subject(e.edge, seen) {
+        let (subject, selector) = match subject(
+            self.resolver,
+            &self.options,
+            &mut self.subject_keys,
+            e.edge,
+            seen,
+        ) {
             Ok(found) => found,
             Err(skip) => {
                 let s = &mut self.summary;
@@ -233,7 +264,13 @@ impl<'r> Learner<'r> {
                 return;
             }
         };
-        let peer = self.peer(e.edge, seen);
+        let peer = peer(
+            self.provider,
+            self.resolver,
+            &mut self.peer_keys,
+            e.edge,
+            seen,
+        );
         let entry = self
             .entries
             .entry((subject, e.edge.direction))
@@ -243,14 +280,18 @@ impl<'r> Learner<'r> {
                 omitted: Tally::default(),
                 unmanaged: BTreeMap::new(),
             });
-        entry.selectors.insert(selector);
+        if !entry.selectors.contains(&*selector) {
+            entry.selectors.insert(selector.into_owned());
+        }
         let s = &mut self.summary;
         match peer {
             Ok(key) => {
-                entry
-                    .peers
-                    .entry(key)
-                    .or_default()
+                // Looked up before it is copied: most edges add to a rule that exists.
+                let ports = match entry.peers.get_mut(&*key) {
+                    Some(ports) => ports,
+                    None => entry.peers.entry(key.into_owned()).or_default(),
+                };
+                ports
                     .entry((e.edge.protocol, e.edge.port))
                     .and_modify(|ev| ev.merge(&e))
                     .or_insert_with(|| Evidence::new(&e));
@@ -289,70 +330,6 @@ impl<'r> Learner<'r> {
             Ok(())
         } else {
             Err(InvalidEdge::Protocol)
-        }
-    }
-
-    fn excluded(&self, namespace: Option<&str>) -> bool {
-        namespace.is_some_and(|ns| self.options.exclude_namespaces.contains(ns))
-    }
-
-    fn subject(&self, edge: &Edge, seen: Seen) -> Result<(WorkloadRef, SelectorKey), SubjectSkip> {
-        if self.excluded(edge.subject.id.namespace()) {
-            return Err(SubjectSkip::Excluded);
-        }
-        let pod = match self.resolver.resolve_at(&edge.subject, seen) {
-            Resolution::Pod(p) => p,
-            Resolution::External(_) => return Err(SubjectSkip::External),
-            Resolution::Reserved(r) => return Err(SubjectSkip::Reserved(r)),
-            Resolution::Unresolved(u) => return Err(SubjectSkip::Unresolved(u)),
-        };
-        let owner = pod
-            .owner
-            .ok_or(SubjectSkip::Unresolved(Unresolved::NoOwnerInfo))?;
-        if self.excluded(Some(&pod.namespace)) || self.excluded(Some(&owner.namespace)) {
-            return Err(SubjectSkip::Excluded);
-        }
-        if !owner.kind.is_subject() {
-            return Err(SubjectSkip::NotASubject(owner.kind));
-        }
-        // An empty selector would select every pod of the namespace.
-        let selector = pod
-            .selector
-            .as_ref()
-            .map(SelectorKey::new)
-            .filter(|s| !s.is_empty())
-            .ok_or(SubjectSkip::Unresolved(Unresolved::NoSelector))?;
-        Ok((owner, selector))
-    }
-
-    fn peer(&self, edge: &Edge, seen: Seen) -> Result<PeerKey, PeerOmission> {
-        let unresolved = |why| Err(PeerOmission::Unresolved(why));
-        if self.provider == Provider::Istio {
-            return match edge.peer.identity.as_deref().filter(|id| !id.is_empty()) {
-                Some(id) => Ok(PeerKey::Principal(
-                    id.strip_prefix("spiffe://").unwrap_or(id).to_owned(),
-                )),
-                None => unresolved(PeerSkip::NoIdentity),
-            };
-        }
-        match self.resolver.resolve_at(&edge.peer, seen) {
-            Resolution::Pod(p) => match &p.selector {
-                Some(s) => Ok(PeerKey::Pods {
-                    namespace: p.namespace.to_string(),
-                    selector: SelectorKey::new(s),
-                }),
-                None => unresolved(PeerSkip::NoSelector),
-            },
-            Resolution::External(ip) => Ok(PeerKey::Address(ip)),
-            Resolution::Reserved(Reserved::World) => match edge.peer.ip {
-                Some(ip) => Ok(PeerKey::Address(ip)),
-                None => unresolved(PeerSkip::WorldWithoutAddress),
-            },
-            Resolution::Reserved(Reserved::Init | Reserved::Unknown) => {
-                unresolved(PeerSkip::UnknownIdentity)
-            }
-            Resolution::Reserved(r) => Err(PeerOmission::Unmanaged(r)),
-            Resolution::Unresolved(u) => unresolved(u.into()),
         }
     }
 
@@ -400,6 +377,108 @@ impl<'r> Learner<'r> {
             allow_lists,
             summary,
         }
+    }
+}
+
+fn excluded(options: &LearnOptions, namespace: Option<&str>) -> bool {
+    namespace.is_some_and(|ns| options.exclude_namespaces.contains(ns))
+}
+
+/// The allow-list an edge belongs to: its subject's owner and selector.
+fn subject<'k>(
+    resolver: &dyn Resolver,
+    options: &LearnOptions,
+    keys: &'k mut HashMap<usize, Option<SelectorKey>>,
+    edge: &Edge,
+    seen: Seen,
+) -> Result<(WorkloadRef, Cow<'k, SelectorKey>), SubjectSkip> {
+    if excluded(options, edge.subject.id.namespace()) {
+        return Err(SubjectSkip::Excluded);
+    }
+    let resolution = resolver.resolve_shared(&edge.subject, seen);
+    let pod = match &*resolution {
+        Resolution::Pod(p) => p,
+        Resolution::External(_) => return Err(SubjectSkip::External),
+        Resolution::Reserved(r) => return Err(SubjectSkip::Reserved(*r)),
+        Resolution::Unresolved(u) => return Err(SubjectSkip::Unresolved(*u)),
+    };
+    let owner = pod
+        .owner
+        .clone()
+        .ok_or(SubjectSkip::Unresolved(Unresolved::NoOwnerInfo))?;
+    if excluded(options, Some(&pod.namespace)) || excluded(options, Some(&owner.namespace)) {
+        return Err(SubjectSkip::Excluded);
+    }
+    if !owner.kind.is_subject() {
+        return Err(SubjectSkip::NotASubject(owner.kind));
+    }
+    // An empty selector would select every pod of the namespace.
+    let make = || {
+        pod.selector
+            .as_ref()
+            .map(SelectorKey::new)
+            .filter(|s| !s.is_empty())
+    };
+    let selector = match lent(borrowed(&resolution)) {
+        Some(address) => keys
+            .entry(address)
+            .or_insert_with(make)
+            .as_ref()
+            .map(Cow::Borrowed),
+        None => make().map(Cow::Owned),
+    };
+    let selector = selector.ok_or(SubjectSkip::Unresolved(Unresolved::NoSelector))?;
+    Ok((owner, selector))
+}
+
+/// What an edge's peer is as a rule.
+fn peer<'k>(
+    provider: Provider,
+    resolver: &dyn Resolver,
+    keys: &'k mut HashMap<usize, Result<PeerKey, PeerSkip>>,
+    edge: &Edge,
+    seen: Seen,
+) -> Result<Cow<'k, PeerKey>, PeerOmission> {
+    let unresolved = |why| Err(PeerOmission::Unresolved(why));
+    if provider == Provider::Istio {
+        return match edge.peer.identity.as_deref().filter(|id| !id.is_empty()) {
+            Some(id) => Ok(Cow::Owned(PeerKey::Principal(
+                id.strip_prefix("spiffe://").unwrap_or(id).to_owned(),
+            ))),
+            None => unresolved(PeerSkip::NoIdentity),
+        };
+    }
+    let resolution = resolver.resolve_shared(&edge.peer, seen);
+    match &*resolution {
+        Resolution::Pod(p) => {
+            let make = || match &p.selector {
+                Some(s) => Ok(PeerKey::Pods {
+                    namespace: p.namespace.to_string(),
+                    selector: SelectorKey::new(s),
+                }),
+                None => Err(PeerSkip::NoSelector),
+            };
+            let key = match lent(borrowed(&resolution)) {
+                Some(address) => keys
+                    .entry(address)
+                    .or_insert_with(make)
+                    .as_ref()
+                    .map(Cow::Borrowed)
+                    .map_err(|why| *why),
+                None => make().map(Cow::Owned),
+            };
+            key.map_err(PeerOmission::Unresolved)
+        }
+        Resolution::External(ip) => Ok(Cow::Owned(PeerKey::Address(*ip))),
+        Resolution::Reserved(Reserved::World) => match edge.peer.ip {
+            Some(ip) => Ok(Cow::Owned(PeerKey::Address(ip))),
+            None => unresolved(PeerSkip::WorldWithoutAddress),
+        },
+        Resolution::Reserved(Reserved::Init | Reserved::Unknown) => {
+            unresolved(PeerSkip::UnknownIdentity)
+        }
+        Resolution::Reserved(r) => Err(PeerOmission::Unmanaged(*r)),
+        Resolution::Unresolved(u) => unresolved((*u).into()),
     }
 }
 

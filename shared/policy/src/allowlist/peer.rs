@@ -8,8 +8,6 @@ use k8s_openapi::api::networking::v1::{IPBlock, NetworkPolicyPeer};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use serde::Serialize;
 
-use crate::eval::selector;
-
 /// Namespace label the API server sets on every namespace (GA since Kubernetes 1.22).
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
@@ -75,6 +73,39 @@ impl SelectorKey {
     }
 }
 
+/// The `kubectl` text form, as `selector::format` writes the selector this key stands
+/// for, without building it: `app=web,tier in (a,b),!legacy`; `{}` is `<all>`.
+impl fmt::Display for SelectorKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return f.write_str("<all>");
+        }
+        let mut first = true;
+        let mut separate = |f: &mut fmt::Formatter<'_>| {
+            if !std::mem::take(&mut first) {
+                f.write_str(",")?;
+            }
+            Ok(())
+        };
+        for (k, v) in &self.match_labels {
+            separate(f)?;
+            write!(f, "{k}={v}")?;
+        }
+        for (key, operator, values) in &self.match_expressions {
+            separate(f)?;
+            let values = values.join(",");
+            match operator.as_str() {
+                "In" => write!(f, "{key} in ({values})")?,
+                "NotIn" => write!(f, "{key} notin ({values})")?,
+                "Exists" => f.write_str(key)?,
+                "DoesNotExist" => write!(f, "!{key}")?,
+                other => write!(f, "{key} {other} ({values})")?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What one allow-list rule is about. The derived order (pods, then addresses, then
 /// principals, each by its fields) is the rule order of rendered proposals.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -134,9 +165,7 @@ impl fmt::Display for PeerKey {
             PeerKey::Pods {
                 namespace,
                 selector: s,
-            } => {
-                write!(f, "pods:{namespace}/{}", selector::format(&s.to_selector()))
-            }
+            } => write!(f, "pods:{namespace}/{s}"),
             PeerKey::Address(ip) => write!(f, "ip:{}", host_cidr(*ip)),
             PeerKey::Principal(p) => write!(f, "principal:{p}"),
         }
@@ -146,7 +175,7 @@ impl fmt::Display for PeerKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eval::selector::tests::sel;
+    use crate::eval::selector::{self, tests::sel};
 
     #[test]
     fn canonical_form_ignores_order_and_duplicates() {
@@ -170,6 +199,33 @@ mod tests {
                 .match_labels
                 .is_none()
         );
+    }
+
+    /// The key writes what `selector::format` writes of the selector it stands for.
+    #[test]
+    fn a_key_displays_as_its_selector() {
+        let cases = [
+            sel(&[], &[]),
+            sel(&[("b", "2"), ("a", "1")], &[]),
+            sel(
+                &[("app", "web")],
+                &[
+                    ("tier", "In", &["b", "a", "a"]),
+                    ("legacy", "DoesNotExist", &[]),
+                    ("zone", "NotIn", &["x"]),
+                    ("canary", "Exists", &[]),
+                    ("odd", "Gt", &["3"]),
+                ],
+            ),
+        ];
+        for s in cases {
+            let key = SelectorKey::new(&s);
+            assert_eq!(
+                key.to_string(),
+                selector::format(&key.to_selector()),
+                "{s:?}"
+            );
+        }
     }
 
     #[test]

@@ -164,30 +164,7 @@ type Ports = BTreeMap<(Protocol, u16), Evidence>;
 /// sorted by (protocol, port). The owner reference to the workload (which needs its UID)
 /// is left to the caller.
 pub fn render_proposal(list: &AllowList) -> Result<Proposal, RenderError> {
-    let kind = target_kind(list.subject.kind)?;
-    if list.peers.is_empty() {
-        return Err(RenderError::Empty);
-    }
-    let direction = policy_direction(list.direction);
-    let mut spec = WorkloadNetworkPolicyProposalSpec {
-        backend: list.backend,
-        kubernetes: None,
-        istio: None,
-        target_ref: TargetRef {
-            kind,
-            name: list.subject.name.to_string(),
-        },
-        direction,
-    };
-    match list.backend {
-        Backend::Kubernetes => spec.kubernetes = Some(network_policy(list)?),
-        Backend::Istio => spec.istio = Some(authorization_policy(list)?),
-    }
-    let name = proposal_name(list.subject.kind, &list.subject.name, list.direction);
-    let mut object = WorkloadNetworkPolicyProposal::new(&name, spec);
-    object.metadata.namespace = Some(list.subject.namespace.to_string());
-    object.metadata.labels =
-        Some([(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned())].into());
+    let object = render_object(list)?;
     let evidence = list
         .peers
         .iter()
@@ -214,6 +191,72 @@ pub fn render_proposal(list: &AllowList) -> Result<Proposal, RenderError> {
         learning_since: list.learning_since().unwrap_or_default(),
         last_seen: list.last_seen().unwrap_or_default(),
     })
+}
+
+/// [`render_proposal`]'s object with the status its evidence makes
+/// ([`Proposal::into_object_with_status`]), built straight from `list`: each rule's peer
+/// written once, no evidence rows in between (what a controller round renders).
+pub fn render_proposal_with_status(
+    list: &AllowList,
+) -> Result<WorkloadNetworkPolicyProposal, RenderError> {
+    let mut object = render_object(list)?;
+    let mut peers = Vec::with_capacity(list.peers.values().map(BTreeMap::len).sum());
+    for (peer, ports) in &list.peers {
+        let text = peer.to_string();
+        for (&(protocol, port), e) in ports {
+            peers.push(PeerEvidence {
+                peer: text.clone(),
+                protocol: protocol.as_str().to_owned(),
+                port: i32::from(port),
+                first_seen: kube_time(e.first_seen),
+                last_seen: kube_time(e.last_seen),
+                flow_count: i64::try_from(e.flow_count).unwrap_or(i64::MAX),
+                dns_name: (!e.dns.is_empty()).then(|| {
+                    let names: Vec<&str> = e.dns.iter().map(|d| &**d).collect();
+                    names.join(",")
+                }),
+            });
+        }
+    }
+    let mut status = WorkloadNetworkPolicyProposalStatus {
+        learning_since: Some(kube_time(list.learning_since().unwrap_or_default())),
+        conditions: Vec::new(),
+        peers,
+        flow_count: i64::try_from(list.flow_count()).unwrap_or(i64::MAX),
+        ..WorkloadNetworkPolicyProposalStatus::default()
+    };
+    status.summarize();
+    object.status = Some(status);
+    Ok(object)
+}
+
+/// The proposal object of `list`, without status.
+fn render_object(list: &AllowList) -> Result<WorkloadNetworkPolicyProposal, RenderError> {
+    let kind = target_kind(list.subject.kind)?;
+    if list.peers.is_empty() {
+        return Err(RenderError::Empty);
+    }
+    let direction = policy_direction(list.direction);
+    let mut spec = WorkloadNetworkPolicyProposalSpec {
+        backend: list.backend,
+        kubernetes: None,
+        istio: None,
+        target_ref: TargetRef {
+            kind,
+            name: list.subject.name.to_string(),
+        },
+        direction,
+    };
+    match list.backend {
+        Backend::Kubernetes => spec.kubernetes = Some(network_policy(list)?),
+        Backend::Istio => spec.istio = Some(authorization_policy(list)?),
+    }
+    let name = proposal_name(list.subject.kind, &list.subject.name, list.direction);
+    let mut object = WorkloadNetworkPolicyProposal::new(&name, spec);
+    object.metadata.namespace = Some(list.subject.namespace.to_string());
+    object.metadata.labels =
+        Some([(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned())].into());
+    Ok(object)
 }
 
 fn mismatch(peer: &PeerKey, backend: Backend) -> RenderError {

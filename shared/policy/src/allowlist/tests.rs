@@ -971,4 +971,20 @@ proptest! {
             }
         }
     }
+
+    /// The round's direct rendering makes the very object (spec, metadata and status) that
+    /// rendering with evidence rows and then the status does, for any learned allow-list.
+    #[test]
+    fn the_direct_rendering_matches_the_rendering_through_rows(edges in prop::collection::vec(arb_edge(), 1..40), provider in arb_provider()) {
+        let r = cluster();
+        let learned = run(&edges, &r, provider, &no_options());
+        for list in &learned.allow_lists {
+            let through_rows = render_proposal(list).map(Proposal::into_object_with_status);
+            let direct = render_proposal_with_status(list);
+            prop_assert_eq!(
+                serde_json::to_value(through_rows.unwrap()).unwrap(),
+                serde_json::to_value(direct.unwrap()).unwrap()
+            );
+        }
+    }
 }

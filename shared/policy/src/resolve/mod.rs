@@ -17,6 +17,7 @@
 mod record;
 mod snapshot;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -147,6 +148,13 @@ impl Seen {
 pub trait Resolver {
     /// Resolves `endpoint` as it was while it was `seen`.
     fn resolve_at(&self, endpoint: &Endpoint, seen: Seen) -> Resolution;
+
+    /// [`Resolver::resolve_at`], borrowed from the resolver where it holds the answer
+    /// already (a cluster snapshot's pods and workloads): no copy of labels and selectors
+    /// per lookup, for the callers that only read it.
+    fn resolve_shared(&self, endpoint: &Endpoint, seen: Seen) -> Cow<'_, Resolution> {
+        Cow::Owned(self.resolve_at(endpoint, seen))
+    }
 
     /// Resolves `endpoint` without knowing when it was observed: an address then resolves
     /// only when one known pod ever held it.

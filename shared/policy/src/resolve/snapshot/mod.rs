@@ -13,6 +13,7 @@ mod history;
 mod parse;
 mod unlisted;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
@@ -400,10 +401,10 @@ impl ClusterSnapshot {
         }
     }
 
-    fn slot(&self, slot: Slot) -> Resolution {
+    fn slot(&self, slot: Slot) -> Cow<'_, Resolution> {
         match slot {
-            Slot::Pod(i) => (*self.pods[i].resolution).clone(),
-            Slot::Ambiguous => Resolution::Unresolved(Unresolved::Ambiguous),
+            Slot::Pod(i) => Cow::Borrowed(&self.pods[i].resolution),
+            Slot::Ambiguous => Cow::Owned(Resolution::Unresolved(Unresolved::Ambiguous)),
         }
     }
 
@@ -424,7 +425,12 @@ impl ClusterSnapshot {
         Some(newest)
     }
 
-    fn workload(&self, endpoint: &Endpoint, w: &WorkloadRef, seen: Seen) -> Option<Resolution> {
+    fn workload(
+        &self,
+        endpoint: &Endpoint,
+        w: &WorkloadRef,
+        seen: Seen,
+    ) -> Option<Cow<'_, Resolution>> {
         if w.kind == WorkloadKind::Pod {
             return self
                 .named(&w.namespace, &w.name, seen)
@@ -439,32 +445,36 @@ impl ClusterSnapshot {
             && pod.owner.is_some()
             && pod.owner == template.owner
         {
-            return Some((*self.pods[i].resolution).clone());
+            return Some(Cow::Borrowed(&self.pods[i].resolution));
         }
-        Some(resolution.clone())
+        Some(Cow::Borrowed(resolution))
     }
 }
 
 impl Resolver for ClusterSnapshot {
     fn resolve_at(&self, endpoint: &Endpoint, seen: Seen) -> Resolution {
+        self.resolve_shared(endpoint, seen).into_owned()
+    }
+
+    fn resolve_shared(&self, endpoint: &Endpoint, seen: Seen) -> Cow<'_, Resolution> {
         match &endpoint.id {
-            EndpointId::Reserved(r) => Resolution::Reserved(*r),
+            EndpointId::Reserved(r) => Cow::Owned(Resolution::Reserved(*r)),
             EndpointId::External(ip) => match self.holder(ip, seen) {
-                None => Resolution::External(*ip),
+                None => Cow::Owned(Resolution::External(*ip)),
                 Some(Ok(slot)) => self.slot(slot),
-                Some(Err(why)) => Resolution::Unresolved(why),
+                Some(Err(why)) => Cow::Owned(Resolution::Unresolved(why)),
             },
             EndpointId::Workload(w) => self
                 .workload(endpoint, w, seen)
-                .unwrap_or(Resolution::Unresolved(Unresolved::NotFound)),
+                .unwrap_or(Cow::Owned(Resolution::Unresolved(Unresolved::NotFound))),
             EndpointId::Pod { namespace, name } => match self.named(namespace, name, seen) {
                 Some(i) => self.slot(Slot::Pod(i)),
-                None => self.unlisted_pod(endpoint, namespace, name),
+                None => Cow::Owned(self.unlisted_pod(endpoint, namespace, name)),
             },
             EndpointId::PodGroup { namespace, prefix } => {
                 match self.groups.get(namespace).and_then(|m| m.get(prefix)) {
                     Some(slot) => self.slot(*slot),
-                    None => self.unlisted_group(endpoint, namespace, prefix),
+                    None => Cow::Owned(self.unlisted_group(endpoint, namespace, prefix)),
                 }
             }
         }
