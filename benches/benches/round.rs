@@ -34,8 +34,7 @@ fn config() -> Config {
 fn round(c: &mut Criterion) {
     let fixture = Fixture::new();
     let (snapshot, edges, policies) = (&fixture.snapshot, &fixture.edges, &fixture.policies);
-    let learn = || fixture.learn();
-    let learned = learn();
+    let learned = fixture.learn();
     let traffic = Traffic {
         edges,
         ..Traffic::default()
@@ -95,7 +94,7 @@ fn round(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("round");
     group.sample_size(10);
-    group.bench_function("learn", |b| b.iter(|| black_box(learn())));
+    group.bench_function("learn", |b| b.iter(|| black_box(fixture.learn())));
     group.bench_function("detect", |b| {
         b.iter(|| {
             black_box(detect(

@@ -169,20 +169,33 @@ pub struct Learner<'r> {
     /// and its keys are made once. Sound because a lent resolution lives as long as the
     /// resolver, which outlives the learner: while it does, no other resolution can take
     /// its address.
-    subject_keys: HashMap<usize, Option<SelectorKey>>,
-    peer_keys: HashMap<usize, Result<PeerKey, PeerSkip>>,
+    subject_keys: Keys<SelectorKey, Unresolved>,
+    peer_keys: Keys<PeerKey, PeerSkip>,
 }
 
-/// The address of a resolution the resolver lent, `None` for one made for the call.
-fn lent(resolution: Option<&Resolution>) -> Option<usize> {
-    resolution.map(|r| std::ptr::from_ref(r) as usize)
-}
+/// Keys made of lent resolutions, by the resolution's address.
+type Keys<K, E> = HashMap<usize, Result<K, E>>;
 
-/// The resolution, when the resolver lent it.
-fn borrowed<'a>(resolution: &Cow<'a, Resolution>) -> Option<&'a Resolution> {
+/// What `make` makes of `resolution`: made once per lent resolution and kept in `keys`,
+/// made afresh for one the resolver made for the call.
+#[expect(
+    clippy::ptr_arg,
+    reason = "whether the resolver lent it is what matters"
+)]
+fn made_once<'k, K: Clone, E: Copy>(
+    keys: &'k mut Keys<K, E>,
+    resolution: &Cow<'_, Resolution>,
+    make: impl FnOnce() -> Result<K, E>,
+) -> Result<Cow<'k, K>, E> {
     match resolution {
-        Cow::Borrowed(r) => Some(r),
-        Cow::Owned(_) => None,
+        Cow::Borrowed(r) => {
+            let address = std::ptr::from_ref::<Resolution>(r) as usize;
+            match keys.entry(address).or_insert_with(make) {
+                Ok(key) => Ok(Cow::Borrowed(key)),
+                Err(why) => Err(*why),
+            }
+        }
+        Cow::Owned(_) => make().map(Cow::Owned),
     }
 }
 
@@ -388,7 +401,7 @@ fn excluded(options: &LearnOptions, namespace: Option<&str>) -> bool {
 fn subject<'k>(
     resolver: &dyn Resolver,
     options: &LearnOptions,
-    keys: &'k mut HashMap<usize, Option<SelectorKey>>,
+    keys: &'k mut Keys<SelectorKey, Unresolved>,
     edge: &Edge,
     seen: Seen,
 ) -> Result<(WorkloadRef, Cow<'k, SelectorKey>), SubjectSkip> {
@@ -418,16 +431,9 @@ fn subject<'k>(
             .as_ref()
             .map(SelectorKey::new)
             .filter(|s| !s.is_empty())
+            .ok_or(Unresolved::NoSelector)
     };
-    let selector = match lent(borrowed(&resolution)) {
-        Some(address) => keys
-            .entry(address)
-            .or_insert_with(make)
-            .as_ref()
-            .map(Cow::Borrowed),
-        None => make().map(Cow::Owned),
-    };
-    let selector = selector.ok_or(SubjectSkip::Unresolved(Unresolved::NoSelector))?;
+    let selector = made_once(keys, &resolution, make).map_err(SubjectSkip::Unresolved)?;
     Ok((owner, selector))
 }
 
@@ -435,7 +441,7 @@ fn subject<'k>(
 fn peer<'k>(
     provider: Provider,
     resolver: &dyn Resolver,
-    keys: &'k mut HashMap<usize, Result<PeerKey, PeerSkip>>,
+    keys: &'k mut Keys<PeerKey, PeerSkip>,
     edge: &Edge,
     seen: Seen,
 ) -> Result<Cow<'k, PeerKey>, PeerOmission> {
@@ -458,16 +464,7 @@ fn peer<'k>(
                 }),
                 None => Err(PeerSkip::NoSelector),
             };
-            let key = match lent(borrowed(&resolution)) {
-                Some(address) => keys
-                    .entry(address)
-                    .or_insert_with(make)
-                    .as_ref()
-                    .map(Cow::Borrowed)
-                    .map_err(|why| *why),
-                None => make().map(Cow::Owned),
-            };
-            key.map_err(PeerOmission::Unresolved)
+            made_once(keys, &resolution, make).map_err(PeerOmission::Unresolved)
         }
         Resolution::External(ip) => Ok(Cow::Owned(PeerKey::Address(*ip))),
         Resolution::Reserved(Reserved::World) => match edge.peer.ip {

@@ -77,32 +77,12 @@ impl SelectorKey {
 /// for, without building it: `app=web,tier in (a,b),!legacy`; `{}` is `<all>`.
 impl fmt::Display for SelectorKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.is_empty() {
-            return f.write_str("<all>");
-        }
-        let mut first = true;
-        let mut separate = |f: &mut fmt::Formatter<'_>| {
-            if !std::mem::take(&mut first) {
-                f.write_str(",")?;
-            }
-            Ok(())
-        };
-        for (k, v) in &self.match_labels {
-            separate(f)?;
-            write!(f, "{k}={v}")?;
-        }
-        for (key, operator, values) in &self.match_expressions {
-            separate(f)?;
-            let values = values.join(",");
-            match operator.as_str() {
-                "In" => write!(f, "{key} in ({values})")?,
-                "NotIn" => write!(f, "{key} notin ({values})")?,
-                "Exists" => f.write_str(key)?,
-                "DoesNotExist" => write!(f, "!{key}")?,
-                other => write!(f, "{key} {other} ({values})")?,
-            }
-        }
-        Ok(())
+        let labels = self.match_labels.iter().map(|(k, v)| (k, v));
+        let requirements = self
+            .match_expressions
+            .iter()
+            .map(|(key, operator, values)| (key.as_str(), operator.as_str(), values.as_slice()));
+        crate::eval::selector::write_text(f, labels, requirements)
     }
 }
 

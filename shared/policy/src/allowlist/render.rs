@@ -77,6 +77,7 @@ pub struct PeerEvidenceRow {
 /// A rendered proposal and what the leader needs for its status and summary.
 #[derive(Clone, Debug, Serialize)]
 pub struct Proposal {
+    /// The object, its status filled in as [`render_proposal_with_status`] fills it.
     pub object: WorkloadNetworkPolicyProposal,
     /// One row per (peer, protocol, port), in rule order.
     pub evidence: Vec<PeerEvidenceRow>,
@@ -85,42 +86,6 @@ pub struct Proposal {
     pub learning_since: Timestamp,
     /// The latest last-seen of any rule.
     pub last_seen: Timestamp,
-}
-
-impl Proposal {
-    /// The status the evidence makes: `learningSince`, one row per peer, protocol and port,
-    /// and the flow count. Times are cut to whole seconds, as `metav1.Time` carries them.
-    pub fn status(&self) -> WorkloadNetworkPolicyProposalStatus {
-        let mut status = WorkloadNetworkPolicyProposalStatus {
-            learning_since: Some(kube_time(self.learning_since)),
-            conditions: Vec::new(),
-            peers: self
-                .evidence
-                .iter()
-                .map(|row| PeerEvidence {
-                    peer: row.peer.to_string(),
-                    protocol: row.protocol.as_str().to_owned(),
-                    port: i32::from(row.port),
-                    first_seen: kube_time(row.first_seen),
-                    last_seen: kube_time(row.last_seen),
-                    flow_count: i64::try_from(row.flow_count).unwrap_or(i64::MAX),
-                    dns_name: (!row.dns.is_empty()).then(|| row.dns.join(",")),
-                })
-                .collect(),
-            flow_count: i64::try_from(self.flow_count).unwrap_or(i64::MAX),
-            ..WorkloadNetworkPolicyProposalStatus::default()
-        };
-        status.summarize();
-        status
-    }
-
-    /// The proposal object with [`Proposal::status`] filled in.
-    pub fn into_object_with_status(self) -> WorkloadNetworkPolicyProposal {
-        let status = self.status();
-        let mut object = self.object;
-        object.status = Some(status);
-        object
-    }
 }
 
 /// A [`Timestamp`] as a Kubernetes `Time`, to the second.
@@ -164,7 +129,7 @@ type Ports = BTreeMap<(Protocol, u16), Evidence>;
 /// sorted by (protocol, port). The owner reference to the workload (which needs its UID)
 /// is left to the caller.
 pub fn render_proposal(list: &AllowList) -> Result<Proposal, RenderError> {
-    let object = render_object(list)?;
+    let object = render_proposal_with_status(list)?;
     let evidence = list
         .peers
         .iter()
@@ -193,9 +158,10 @@ pub fn render_proposal(list: &AllowList) -> Result<Proposal, RenderError> {
     })
 }
 
-/// [`render_proposal`]'s object with the status its evidence makes
-/// ([`Proposal::into_object_with_status`]), built straight from `list`: each rule's peer
-/// written once, no evidence rows in between (what a controller round renders).
+/// The proposal object of `list` with the status its evidence makes: `learningSince`, one
+/// row per peer, protocol and port (each rule's peer written once), the flow count and the
+/// summary fields. Times are cut to whole seconds, as `metav1.Time` carries them. What a
+/// controller round renders; [`render_proposal`] adds typed evidence rows.
 pub fn render_proposal_with_status(
     list: &AllowList,
 ) -> Result<WorkloadNetworkPolicyProposal, RenderError> {

@@ -65,25 +65,48 @@ pub fn matches(selector: &LabelSelector, labels: &[(Str, Str)]) -> Result<bool, 
 
 /// The `kubectl` text form: `app=web,tier in (a,b),!legacy`; `{}` is written `<all>`.
 pub fn format(selector: &LabelSelector) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for (k, v) in selector.match_labels.iter().flatten() {
-        parts.push(format!("{k}={v}"));
+    let labels = selector.match_labels.iter().flatten();
+    let requirements = selector.match_expressions.iter().flatten().map(|r| {
+        let values = r.values.as_deref().unwrap_or_default();
+        (r.key.as_str(), r.operator.as_str(), values)
+    });
+    let mut out = String::new();
+    // Writing to a `String` cannot fail.
+    let _ = write_text(&mut out, labels, requirements);
+    out
+}
+
+/// Writes a selector's `kubectl` text form from its labels and its requirements
+/// (key, operator, values), in the order given.
+pub(crate) fn write_text<'a, W: std::fmt::Write>(
+    out: &mut W,
+    labels: impl IntoIterator<Item = (&'a String, &'a String)>,
+    requirements: impl IntoIterator<Item = (&'a str, &'a str, &'a [String])>,
+) -> std::fmt::Result {
+    let mut empty = true;
+    for (k, v) in labels {
+        if !std::mem::take(&mut empty) {
+            out.write_str(",")?;
+        }
+        write!(out, "{k}={v}")?;
     }
-    for req in selector.match_expressions.iter().flatten() {
-        let values = req.values.as_deref().unwrap_or_default().join(",");
-        parts.push(match req.operator.as_str() {
-            "In" => format!("{} in ({values})", req.key),
-            "NotIn" => format!("{} notin ({values})", req.key),
-            "Exists" => req.key.clone(),
-            "DoesNotExist" => format!("!{}", req.key),
-            other => format!("{} {other} ({values})", req.key),
-        });
+    for (key, operator, values) in requirements {
+        if !std::mem::take(&mut empty) {
+            out.write_str(",")?;
+        }
+        let values = values.join(",");
+        match operator {
+            "In" => write!(out, "{key} in ({values})")?,
+            "NotIn" => write!(out, "{key} notin ({values})")?,
+            "Exists" => out.write_str(key)?,
+            "DoesNotExist" => write!(out, "!{key}")?,
+            other => write!(out, "{key} {other} ({values})")?,
+        }
     }
-    if parts.is_empty() {
-        "<all>".to_owned()
-    } else {
-        parts.join(",")
+    if empty {
+        out.write_str("<all>")?;
     }
+    Ok(())
 }
 
 #[cfg(test)]
