@@ -8,6 +8,7 @@
 //! egress policies share one selector and must each see only their own traffic. The
 //! decision is [`ne_policy::eval`]'s, with real NetworkPolicy or Istio semantics.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use ne_crds::{PolicyDirection, TargetKind, WorkloadNetworkPolicy};
@@ -83,13 +84,13 @@ impl<'p, P: Targeted> Targets<'p, P> {
 
     /// What `edge` concerns, its subject resolved by `resolver` as it was while `seen` (the
     /// peer is resolved only by the caller that needs it: most edges concern no policy).
-    pub fn attribute(
+    pub fn attribute<'r>(
         &self,
         edge: &Edge,
         seen: Seen,
-        resolver: &dyn Resolver,
-    ) -> (Resolution, Target<'p, P>) {
-        let subject = resolver.resolve_at(&edge.subject, seen);
+        resolver: &'r dyn Resolver,
+    ) -> (Cow<'r, Resolution>, Target<'p, P>) {
+        let subject = resolver.resolve_shared(&edge.subject, seen);
         let target = match subject_workload(&subject) {
             None => Target::NotASubject,
             Some(owner) => {

@@ -149,7 +149,7 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
         let edge = &snap.edge;
         let when = Seen::between(snap.first_seen, snap.last_seen);
         let (subject, target) = index.attribute(edge, when, resolver);
-        let peer = resolver.resolve_at(&edge.peer, when);
+        let peer = resolver.resolve_shared(&edge.peer, when);
         if let Some(owner) = subject_workload(&peer) {
             seen.insert(workload_key(owner));
         }
@@ -159,7 +159,7 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
         let policy = match target {
             Target::NotASubject => {
                 unattributed_flows += snap.count;
-                if !matches!(&subject, Resolution::Pod(p) if p.owner.is_some()) {
+                if !matches!(&*subject, Resolution::Pod(p) if p.owner.is_some()) {
                     unresolved_subject_flows += snap.count;
                 }
                 continue;
@@ -174,7 +174,8 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
             }
         };
         // Istio policies match peers by principal, which the record carries.
-        if let (Resolution::Unresolved(why), Backend::Kubernetes) = (&peer, policy.spec().backend) {
+        if let (Resolution::Unresolved(why), Backend::Kubernetes) = (&*peer, policy.spec().backend)
+        {
             *unresolved_peer_flows.entry(why.as_str()).or_default() += snap.count;
             continue;
         }

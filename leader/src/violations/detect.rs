@@ -255,9 +255,9 @@ pub fn detect(
             continue;
         };
         let key = key_of(policy);
-        let peer = resolver.resolve_at(&edge.peer, seen);
+        let peer = resolver.resolve_shared(&edge.peer, seen);
         // Istio policies match peers by principal, which the record carries.
-        if let (Resolution::Unresolved(why), Backend::Kubernetes) = (&peer, backend) {
+        if let (Resolution::Unresolved(why), Backend::Kubernetes) = (&*peer, backend) {
             *detected.unresolved_peers.entry(why.as_str()).or_default() += 1;
             continue;
         }
@@ -283,7 +283,7 @@ pub fn detect(
             let edge = &m.edge;
             let seen = Seen::between(m.first_seen, m.last_seen);
             let (subject, target) = policies.attribute(edge, seen, resolver);
-            let peer = resolver.resolve_at(&edge.peer, seen);
+            let peer = resolver.resolve_shared(&edge.peer, seen);
             let reason = data_plane_reason(mode, m.edge.denied_by.as_deref());
             let o = observation(m, &subject, &peer, mode, reason);
             match target {

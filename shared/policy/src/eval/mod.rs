@@ -271,8 +271,8 @@ pub fn check_edge(
     seen: Seen,
     resolver: &dyn Resolver,
 ) -> Result<Decision, EvalError> {
-    let subject = resolver.resolve_at(&edge.subject, seen);
-    let peer = resolver.resolve_at(&edge.peer, seen);
+    let subject = resolver.resolve_shared(&edge.subject, seen);
+    let peer = resolver.resolve_shared(&edge.peer, seen);
     evaluate(policy, policy_namespace, &flow_view(edge, &subject, &peer))
 }
 
