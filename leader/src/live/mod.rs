@@ -88,7 +88,7 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
         provider,
         options,
         output: args.output.clone(),
-        written: String::new(),
+        reported: Vec::new(),
     };
     rounds
         .run(args.flush_interval, &leadership, runtime::shutdown_signal())

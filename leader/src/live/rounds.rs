@@ -25,8 +25,8 @@ pub(super) struct Rounds {
     pub(super) provider: Provider,
     pub(super) options: LearnOptions,
     pub(super) output: Option<String>,
-    /// The proposals last reported, as a YAML stream.
-    pub(super) written: String,
+    /// The proposals last reported.
+    pub(super) reported: Vec<WorkloadNetworkPolicyProposal>,
 }
 
 impl Rounds {
@@ -74,44 +74,29 @@ impl Rounds {
                 learned.proposals
             }
         };
-        self.written = report_proposals(
-            &proposals,
-            merged.len(),
-            &self.written,
-            self.output.as_deref(),
-        );
+        if proposals != self.reported {
+            report_proposals(&proposals, merged.len(), self.output.as_deref());
+            self.reported = proposals;
+        }
         Ok(())
     }
 }
 
-/// Logs when the proposals changed and writes them to `output`; returns what they are now
-/// (a YAML stream). A proposal that cannot be written is logged; the leader goes on.
+/// Logs that the proposals changed and writes them to `output`. A proposal that cannot be
+/// written is logged; the leader goes on. Called only on a change: a round that learns what
+/// the last one did serialises nothing.
 fn report_proposals(
     proposals: &[WorkloadNetworkPolicyProposal],
     edges: usize,
-    written: &str,
     output: Option<&str>,
-) -> String {
-    let yaml = match output::to_yaml_stream(proposals) {
-        Ok(yaml) => yaml,
-        Err(error) => {
-            tracing::warn!(
-                error = format!("{error:#}"),
-                "cannot serialise the proposals"
-            );
-            return written.to_owned();
-        }
-    };
-    if yaml != written {
-        tracing::info!(edges, proposals = proposals.len(), "proposals changed");
-        if let Some(output) = output
-            && let Err(error) = output::write_proposals(proposals, output)
-        {
-            tracing::warn!(
-                error = format!("{error:#}"),
-                "cannot write the proposals to --output"
-            );
-        }
+) {
+    tracing::info!(edges, proposals = proposals.len(), "proposals changed");
+    if let Some(output) = output
+        && let Err(error) = output::write_proposals(proposals, output)
+    {
+        tracing::warn!(
+            error = format!("{error:#}"),
+            "cannot write the proposals to --output"
+        );
     }
-    yaml
 }
