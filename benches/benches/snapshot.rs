@@ -1,9 +1,16 @@
-//! The resolver snapshot a live controller round rebuilds from its caches
-//! (`leader::controller::state::Stores::snapshot`): every cached object cloned out of the
-//! store, then `ClusterSnapshot::from_objects` (the same code as `learn --cluster`).
+//! The resolver snapshot of a live controller round (`leader::controller::state::Stores`):
+//! built once from the cached objects (`ClusterSnapshot::from_objects`, the same code as
+//! `learn --cluster`), then kept current by applying the objects that changed
+//! (`ClusterSnapshot::apply`).
 //!
 //! Cluster shape: `ne_benches::cluster::cluster` (5 pods per Deployment, 20 Deployments
 //! per namespace). Sizes: 1 000 and 10 000 pods.
+//!
+//! `changes`: at 10 000 and 100 000 pods, a build beside the changes a round applies: one
+//! second of churn at 20 pod replacements per second (40 pod changes, the gone pods
+//! forgotten again as a full history does), a Deployment's status update, and a
+//! Deployment's selector change (its pods resolve again). Each change is applied and then
+//! undone, so the snapshot stays the same size.
 //!
 //! `history`: the same 10 000 pods after an hour of churn at 20 pod replacements per
 //! second (72 000 gone pods, within the leader's default retention of 90 minutes): a
@@ -14,9 +21,11 @@ use std::hint::black_box;
 use std::net::IpAddr;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use ne_benches::cluster::{CHURN_PODS, Churn, SECOND, churn, cluster};
+use ne_benches::cluster::{
+    CHURN_PODS, Churn, SECOND, churn, cluster, deployment_change, replacements,
+};
 use ne_flow::flow::{Endpoint, EndpointId, Timestamp};
-use ne_policy::resolve::{ClusterSnapshot, Resolution, Resolver, Seen};
+use ne_policy::resolve::{ClusterChanges, ClusterSnapshot, Resolution, Resolver, Seen};
 
 /// Lookups per timed iteration.
 const LOOKUPS: usize = 1_000;
@@ -42,6 +51,46 @@ fn snapshot(c: &mut Criterion) {
                 BatchSize::LargeInput,
             )
         });
+    }
+    group.finish();
+}
+
+/// Applies `forth`, then `back` on the next call, and so on; forgets the pods gone.
+fn flip(snapshot: &mut ClusterSnapshot, pair: &(ClusterChanges, ClusterChanges), odd: &mut bool) {
+    let changes = if *odd { &pair.1 } else { &pair.0 };
+    *odd = !*odd;
+    let gone = snapshot.apply(changes.clone(), Timestamp(0));
+    snapshot.forget(&gone);
+    black_box(gone);
+}
+
+fn changes(c: &mut Criterion) {
+    let mut group = c.benchmark_group("snapshot/changes");
+    group.sample_size(10);
+    for pods in [10_000, 100_000] {
+        let objects = cluster(pods);
+        group.bench_with_input(BenchmarkId::new("build", pods), &objects, |b, objects| {
+            b.iter(|| black_box(ClusterSnapshot::from_objects(objects.clone(), [])))
+        });
+        let cases = [
+            ("apply_20_pod_replacements", replacements(&objects, 20)),
+            ("apply_deployment_status", deployment_change(&objects, true)),
+            (
+                "apply_deployment_selector",
+                deployment_change(&objects, false),
+            ),
+        ];
+        for (name, pair) in &cases {
+            let (mut snapshot, _) = ClusterSnapshot::from_objects(objects.clone(), []);
+            let before = snapshot.pod_count();
+            let mut odd = false;
+            flip(&mut snapshot, pair, &mut odd);
+            flip(&mut snapshot, pair, &mut odd);
+            assert_eq!(snapshot.pod_count(), before, "{name} undone keeps the size");
+            group.bench_function(BenchmarkId::new(*name, pods), |b| {
+                b.iter(|| flip(&mut snapshot, pair, &mut odd))
+            });
+        }
     }
     group.finish();
 }
@@ -141,5 +190,5 @@ fn history(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, snapshot, history);
+criterion_group!(benches, snapshot, changes, history);
 criterion_main!(benches);

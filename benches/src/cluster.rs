@@ -3,13 +3,14 @@
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff;
 use ne_flow::flow::Timestamp;
-use ne_policy::resolve::{ClusterObjects, ClusterSnapshot, GonePod};
+use ne_policy::resolve::{Change, ClusterChanges, ClusterObjects, ClusterSnapshot, GonePod};
 use serde_json::json;
 
 const PODS_PER_DEPLOYMENT: usize = 5;
@@ -37,6 +38,7 @@ pub fn cluster(pods: usize) -> ClusterObjects {
                 serde_json::from_value::<Namespace>(json!({
                     "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns, "team": "shop"}},
                 }))
+                .map(Arc::new)
                 .expect("a namespace"),
             );
         }
@@ -50,6 +52,7 @@ pub fn cluster(pods: usize) -> ClusterObjects {
                 "metadata": {"name": name, "namespace": ns, "uid": format!("d-{d}")},
                 "spec": {"selector": {"matchLabels": labels}, "template": template},
             }))
+            .map(Arc::new)
             .expect("a Deployment"),
         );
         let rs = format!("{name}-5c8b7d9f6c");
@@ -59,6 +62,7 @@ pub fn cluster(pods: usize) -> ClusterObjects {
                              "ownerReferences": owner("Deployment", &name, &format!("d-{d}"))},
                 "spec": {"selector": {"matchLabels": pod_labels}, "template": template},
             }))
+            .map(Arc::new)
             .expect("a ReplicaSet"),
         );
         for p in 0..PODS_PER_DEPLOYMENT {
@@ -66,10 +70,12 @@ pub fn cluster(pods: usize) -> ClusterObjects {
             objects.pods.push(
                 serde_json::from_value::<Pod>(json!({
                     "metadata": {"name": format!("{rs}-{p:05}"), "namespace": ns, "labels": pod_labels,
+                                 "uid": format!("p-{i}"),
                                  "ownerReferences": owner("ReplicaSet", &rs, &format!("rs-{d}"))},
                     "spec": {"serviceAccountName": name, "containers": []},
                     "status": {"podIP": address(i), "phase": "Running"},
                 }))
+                .map(Arc::new)
                 .expect("a Pod"),
             );
         }
@@ -115,8 +121,11 @@ pub fn churn() -> Churn {
     let mut free: VecDeque<usize> = (live..live + SPARE_ADDRESSES).collect();
     let mut current: Vec<usize> = (0..live).collect(); // slot → index in all.pods
     for p in &mut all.pods {
-        p.status.as_mut().expect("a status").start_time =
-            Some(time(start - CHURN_SECONDS * SECOND));
+        Arc::make_mut(p)
+            .status
+            .as_mut()
+            .expect("a status")
+            .start_time = Some(time(start - CHURN_SECONDS * SECOND));
     }
     let mut addresses: Vec<usize> = (0..live).collect(); // index in all.pods → address
     let base: Vec<String> = all
@@ -130,8 +139,10 @@ pub fn churn() -> Churn {
         let at = start + (k as i64 / CHANGES_PER_SECOND) * SECOND;
         let slot = (k * 7_919) % live;
         let old = current[slot];
-        let mut pod = all.pods[old].clone();
-        all.pods[old].metadata.deletion_timestamp = Some(time(at));
+        let mut pod = (*all.pods[old]).clone();
+        Arc::make_mut(&mut all.pods[old])
+            .metadata
+            .deletion_timestamp = Some(time(at));
         let freed = addresses[old];
         let begun = all.pods[old]
             .status
@@ -146,12 +157,13 @@ pub fn churn() -> Churn {
         free.push_back(freed);
         let given = free.pop_front().expect("a free address");
         pod.metadata.name = Some(format!("{}-g{k}", base[slot]));
+        pod.metadata.uid = Some(format!("g-{k}"));
         let status = pod.status.as_mut().expect("a status");
         status.pod_ip = Some(address(given));
         status.start_time = Some(time(at));
         current[slot] = all.pods.len();
         addresses.push(given);
-        all.pods.push(pod);
+        all.pods.push(Arc::new(pod));
     }
     let mut live_objects = all.clone();
     live_objects.pods = current.iter().map(|&i| all.pods[i].clone()).collect();
@@ -166,4 +178,64 @@ pub fn churn() -> Churn {
         now,
         past,
     }
+}
+
+/// A change of `pods` pods of `objects` (spread over the cluster), and the change that
+/// undoes it: each pod deleted and replaced by a new pod of its ReplicaSet, with a new name,
+/// uid and address, as a rolling restart does.
+pub fn replacements(objects: &ClusterObjects, pods: usize) -> (ClusterChanges, ClusterChanges) {
+    let mut forth = ClusterChanges::default();
+    let mut back = ClusterChanges::default();
+    let step = (objects.pods.len() / pods.max(1)).max(1);
+    for (k, old) in objects.pods.iter().step_by(step).take(pods).enumerate() {
+        let mut new = (**old).clone();
+        let name = format!("{}-r", old.metadata.name.as_deref().unwrap_or_default());
+        new.metadata.name = Some(name.clone());
+        new.metadata.uid = Some(format!("r-{k}"));
+        if let Some(status) = new.status.as_mut() {
+            status.pod_ip = Some(address(objects.pods.len() + k));
+        }
+        let new = Arc::new(new);
+        let ns = old.metadata.namespace.clone().unwrap_or_default();
+        let old_name = old.metadata.name.clone().unwrap_or_default();
+        let change = |name: &str, object: Option<&Arc<Pod>>| Change {
+            namespace: ns.clone(),
+            name: name.to_owned(),
+            object: object.cloned(),
+        };
+        forth.pods.push(change(&old_name, None));
+        forth.pods.push(change(&name, Some(&new)));
+        back.pods.push(change(&name, None));
+        back.pods.push(change(&old_name, Some(old)));
+    }
+    (forth, back)
+}
+
+/// The first Deployment of `objects` changed in `spec.selector` (its pods resolve again)
+/// or, with `status_only`, in its status alone (only it resolves again), and the change
+/// back.
+pub fn deployment_change(
+    objects: &ClusterObjects,
+    status_only: bool,
+) -> (ClusterChanges, ClusterChanges) {
+    let old = objects.deployments.first().expect("a Deployment");
+    let mut new = (**old).clone();
+    if status_only {
+        let status = new.status.get_or_insert_default();
+        status.ready_replicas = Some(status.ready_replicas.unwrap_or(0) + 1);
+    } else if let Some(spec) = new.spec.as_mut() {
+        spec.selector
+            .match_labels
+            .get_or_insert_default()
+            .remove("tier");
+    }
+    let change = |object: &Arc<Deployment>| ClusterChanges {
+        deployments: vec![Change {
+            namespace: old.metadata.namespace.clone().unwrap_or_default(),
+            name: old.metadata.name.clone().unwrap_or_default(),
+            object: Some(object.clone()),
+        }],
+        ..ClusterChanges::default()
+    };
+    (change(&Arc::new(new)), change(old))
 }

@@ -52,8 +52,8 @@ impl PodHistory {
     }
 
     /// Adds the pods that went away; forgets the expired and those past the cap. Returns
-    /// how many were forgotten, by reason.
-    pub fn record(&mut self, gone: Vec<GonePod>, now: Timestamp) -> Vec<(Eviction, u64)> {
+    /// the pods forgotten, oldest first, each with the reason.
+    pub fn record(&mut self, gone: Vec<GonePod>, now: Timestamp) -> Vec<(Eviction, GonePod)> {
         for pod in gone {
             self.bytes += Self::cost(&pod);
             self.gone.push_back(pod);
@@ -62,29 +62,30 @@ impl PodHistory {
         let horizon = now
             .0
             .saturating_sub(i64::try_from(self.retention.as_nanos()).unwrap_or(i64::MAX));
-        let expired = self.forget_while(|pod, _| pod.ended().0 < horizon);
+        self.forget_while(&mut evicted, Eviction::Expired, |pod, _| {
+            pod.ended().0 < horizon
+        });
         let capacity = self.capacity;
-        let full = self.forget_while(|_, len| len > capacity);
-        for (why, n) in [(Eviction::Expired, expired), (Eviction::Capacity, full)] {
-            if n > 0 {
-                evicted.push((why, n));
-            }
-        }
+        self.forget_while(&mut evicted, Eviction::Capacity, |_, len| len > capacity);
         evicted
     }
 
-    /// Forgets the oldest entries while `forget(oldest, len)` holds.
-    fn forget_while(&mut self, forget: impl Fn(&GonePod, usize) -> bool) -> u64 {
-        let mut n = 0;
+    /// Forgets the oldest entries while `forget(oldest, len)` holds, into `out`.
+    fn forget_while(
+        &mut self,
+        out: &mut Vec<(Eviction, GonePod)>,
+        why: Eviction,
+        forget: impl Fn(&GonePod, usize) -> bool,
+    ) {
         while let Some(oldest) = self.gone.front() {
             if !forget(oldest, self.gone.len()) {
                 break;
             }
             self.bytes -= Self::cost(oldest);
-            self.gone.pop_front();
-            n += 1;
+            if let Some(pod) = self.gone.pop_front() {
+                out.push((why, pod));
+            }
         }
-        n
     }
 
     /// The gone pods, oldest first.
@@ -115,12 +116,14 @@ mod tests {
         let pods = names
             .iter()
             .map(|name| {
-                serde_json::from_value::<Pod>(serde_json::json!({
-                    "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}"),
-                                 "labels": {"app": name}},
-                    "status": {"podIP": "10.0.0.1"},
-                }))
-                .unwrap()
+                std::sync::Arc::new(
+                    serde_json::from_value::<Pod>(serde_json::json!({
+                        "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}"),
+                                     "labels": {"app": name}},
+                        "status": {"podIP": "10.0.0.1"},
+                    }))
+                    .unwrap(),
+                )
             })
             .collect();
         let objects = ClusterObjects {
@@ -143,18 +146,36 @@ mod tests {
         let two = h.bytes();
         assert!(two > 2 * size_of::<GonePod>(), "names and labels count too");
 
+        let forgotten = |evicted: Vec<(Eviction, GonePod)>| -> Vec<(Eviction, String)> {
+            evicted
+                .into_iter()
+                .map(|(why, p)| (why, p.name()))
+                .collect()
+        };
         // Two more: the cap of three pushes the oldest out.
         let evicted = h.record(gone(&["c", "d"], 120 * SECOND), Timestamp(120 * SECOND));
-        assert_eq!(evicted, [(Eviction::Capacity, 1)]);
+        assert_eq!(
+            forgotten(evicted),
+            [(Eviction::Capacity, "shop/a".to_owned())]
+        );
         let names: Vec<String> = h.pods().map(GonePod::name).collect();
         assert_eq!(names, ["shop/b", "shop/c", "shop/d"]);
 
         // A minute after b went: b expires, c and d stay.
         let evicted = h.record(Vec::new(), Timestamp(161 * SECOND));
-        assert_eq!(evicted, [(Eviction::Expired, 1)]);
+        assert_eq!(
+            forgotten(evicted),
+            [(Eviction::Expired, "shop/b".to_owned())]
+        );
         assert_eq!(h.len(), 2);
         let evicted = h.record(Vec::new(), Timestamp(1000 * SECOND));
-        assert_eq!(evicted, [(Eviction::Expired, 2)]);
+        assert_eq!(
+            forgotten(evicted),
+            [
+                (Eviction::Expired, "shop/c".to_owned()),
+                (Eviction::Expired, "shop/d".to_owned())
+            ]
+        );
         assert_eq!((h.len(), h.bytes()), (0, 0));
     }
 }

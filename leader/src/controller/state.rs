@@ -4,12 +4,15 @@
 //!
 //! Objects are stored without `managedFields` (and pods without their annotations), which
 //! are most of their size and of no use here.
+//!
+//! The reflectors of the kinds the resolver reads also note which objects changed, so that
+//! a round applies those to its resolver instead of building it again from every object.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -17,13 +20,13 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet}
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Namespace, Pod, PodTemplateSpec};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use ne_crds::{
     AuthorizationPolicy, TargetKind, WorkloadNetworkPolicy, WorkloadNetworkPolicyProposal,
 };
-use ne_policy::resolve::{ClusterObjects, ClusterSnapshot, GonePod};
+use ne_policy::resolve::{Change, ClusterChanges, ClusterObjects, ClusterSnapshot, GonePod};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
@@ -47,6 +50,54 @@ pub struct Stores {
     pub authorization_policies: Option<Store<AuthorizationPolicy>>,
     /// Events applied to the stores the resolver reads (namespaces, pods, their owners).
     resolver_changes: Arc<AtomicU64>,
+    /// Which of their objects changed since the resolver last took them.
+    changed: Arc<Mutex<Changed>>,
+}
+
+/// The kinds the resolver reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum ResolverKind {
+    Namespace,
+    Pod,
+    ReplicaSet,
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+    Job,
+    CronJob,
+}
+
+/// Objects changed since the resolver last took them, by kind, namespace and name.
+#[derive(Debug, Default)]
+struct Changed {
+    keys: HashSet<(ResolverKind, Option<String>, String)>,
+    /// A store was listed again (a watch restarted) or more objects changed than are worth
+    /// applying one by one: the resolver is built again from the stores.
+    rebuild: bool,
+}
+
+impl Changed {
+    /// More changed objects than this, and the resolver is built again: the set stays
+    /// small while nobody takes it (a standby runs no rounds).
+    const MAX: usize = 20_000;
+
+    fn note(&mut self, kind: ResolverKind, meta: &kube::api::ObjectMeta) {
+        if self.rebuild {
+            return;
+        }
+        if let Some(name) = &meta.name {
+            self.keys
+                .insert((kind, meta.namespace.clone(), name.clone()));
+        }
+        if self.keys.len() > Self::MAX {
+            self.relisted();
+        }
+    }
+
+    fn relisted(&mut self) {
+        self.rebuild = true;
+        self.keys = HashSet::new();
+    }
 }
 
 impl std::fmt::Debug for Stores {
@@ -95,13 +146,17 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
+/// Where a reflector reports what it applied: a counter bumped on every event, and the
+/// objects changed.
+struct Report {
+    events: Arc<AtomicU64>,
+    changed: Arc<Mutex<Changed>>,
+    kind: ResolverKind,
+}
+
 /// Starts a reflector for `K` cluster-wide; the task runs until dropped (aborted). Every
-/// event applied to the store bumps `changes`, when given.
-fn reflect<K>(
-    client: &Client,
-    tasks: &mut Vec<JoinHandle<()>>,
-    changes: Option<&Arc<AtomicU64>>,
-) -> Store<K>
+/// event applied to the store is reported, when asked.
+fn reflect<K>(client: &Client, tasks: &mut Vec<JoinHandle<()>>, report: Option<Report>) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
@@ -116,14 +171,13 @@ where
             })
         })
         .backoff(WatchBackoff::default());
-    let changes = changes.cloned();
     tasks.push(tokio::spawn(async move {
         reflector::reflector(writer, stream)
             .for_each(|event| {
                 match event {
-                    Ok(_) => {
-                        if let Some(changes) = &changes {
-                            changes.fetch_add(1, Ordering::Relaxed);
+                    Ok(event) => {
+                        if let Some(report) = &report {
+                            report.note(&event);
                         }
                     }
                     Err(error) => {
@@ -137,27 +191,75 @@ where
     reader
 }
 
+impl Report {
+    /// Notes the object an event changed (the change first, then the count: a reader that
+    /// saw the count move finds the change).
+    fn note<K: Resource>(&self, event: &watcher::Event<K>) {
+        {
+            let mut changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner);
+            match event {
+                watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
+                    changed.note(self.kind, o.meta());
+                }
+                watcher::Event::InitDone => changed.relisted(),
+                watcher::Event::Init | watcher::Event::InitApply(_) => {}
+            }
+        }
+        self.events.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The current state of each object named in `keys` of `kind`.
+fn changes<K>(store: &Store<K>, keys: &[(Option<String>, String)]) -> Vec<Change<K>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    keys.iter()
+        .map(|(namespace, name)| {
+            let mut at = ObjectRef::new(name);
+            if let Some(ns) = namespace {
+                at = at.within(ns);
+            }
+            Change {
+                namespace: namespace.clone().unwrap_or_default(),
+                name: name.clone(),
+                object: store.get(&at),
+            }
+        })
+        .collect()
+}
+
 impl Stores {
     /// Starts every reflector. `istio`: whether to watch AuthorizationPolicies (the CRD is
     /// served, see [`authorization_policies_served`]).
     pub fn start(client: &Client, istio: bool) -> (Self, Vec<JoinHandle<()>>) {
         let mut tasks = Vec::new();
-        let changes = Arc::new(AtomicU64::new(0));
-        let resolver = Some(&changes);
+        let events = Arc::new(AtomicU64::new(0));
+        let changed = Arc::new(Mutex::new(Changed::default()));
+        let report = |kind| {
+            Some(Report {
+                events: events.clone(),
+                changed: changed.clone(),
+                kind,
+            })
+        };
+        use ResolverKind as R;
         let stores = Stores {
-            namespaces: reflect(client, &mut tasks, resolver),
-            pods: reflect(client, &mut tasks, resolver),
-            replicasets: reflect(client, &mut tasks, resolver),
-            deployments: reflect(client, &mut tasks, resolver),
-            statefulsets: reflect(client, &mut tasks, resolver),
-            daemonsets: reflect(client, &mut tasks, resolver),
-            jobs: reflect(client, &mut tasks, resolver),
-            cronjobs: reflect(client, &mut tasks, resolver),
+            namespaces: reflect(client, &mut tasks, report(R::Namespace)),
+            pods: reflect(client, &mut tasks, report(R::Pod)),
+            replicasets: reflect(client, &mut tasks, report(R::ReplicaSet)),
+            deployments: reflect(client, &mut tasks, report(R::Deployment)),
+            statefulsets: reflect(client, &mut tasks, report(R::StatefulSet)),
+            daemonsets: reflect(client, &mut tasks, report(R::DaemonSet)),
+            jobs: reflect(client, &mut tasks, report(R::Job)),
+            cronjobs: reflect(client, &mut tasks, report(R::CronJob)),
             proposals: reflect(client, &mut tasks, None),
             policies: reflect(client, &mut tasks, None),
             network_policies: reflect(client, &mut tasks, None),
             authorization_policies: istio.then(|| reflect(client, &mut tasks, None)),
-            resolver_changes: changes.clone(),
+            resolver_changes: events.clone(),
+            changed: changed.clone(),
         };
         (stores, tasks)
     }
@@ -188,25 +290,54 @@ impl Stores {
         self.resolver_changes.load(Ordering::Relaxed)
     }
 
-    /// The resolver over the current objects and the pods known gone, and the count of
-    /// objects it left out.
-    pub fn snapshot<'g>(
-        &self,
-        gone: impl IntoIterator<Item = &'g GonePod>,
-    ) -> (ClusterSnapshot, usize) {
-        ClusterSnapshot::from_objects(
+    /// The resolver over the current objects (shared with the stores, not copied) and the
+    /// pods known gone. Changes noted before it are dropped: it holds them.
+    pub fn snapshot<'g>(&self, gone: impl IntoIterator<Item = &'g GonePod>) -> ClusterSnapshot {
+        *self.changed.lock().unwrap_or_else(PoisonError::into_inner) = Changed::default();
+        let (snapshot, _) = ClusterSnapshot::from_objects(
             ClusterObjects {
-                namespaces: owned(&self.namespaces),
-                pods: owned(&self.pods),
-                replicasets: owned(&self.replicasets),
-                deployments: owned(&self.deployments),
-                statefulsets: owned(&self.statefulsets),
-                daemonsets: owned(&self.daemonsets),
-                jobs: owned(&self.jobs),
-                cronjobs: owned(&self.cronjobs),
+                namespaces: self.namespaces.state(),
+                pods: self.pods.state(),
+                replicasets: self.replicasets.state(),
+                deployments: self.deployments.state(),
+                statefulsets: self.statefulsets.state(),
+                daemonsets: self.daemonsets.state(),
+                jobs: self.jobs.state(),
+                cronjobs: self.cronjobs.state(),
             },
             gone,
-        )
+        );
+        snapshot
+    }
+
+    /// The objects changed since the last [`Stores::snapshot`] or [`Stores::changes`], as
+    /// they are now; `None` when the resolver must be built again instead (a store was
+    /// listed again, or too much changed).
+    pub fn changes(&self) -> Option<ClusterChanges> {
+        let taken =
+            std::mem::take(&mut *self.changed.lock().unwrap_or_else(PoisonError::into_inner));
+        if taken.rebuild {
+            return None;
+        }
+        let mut by_kind: HashMap<ResolverKind, Vec<(Option<String>, String)>> = HashMap::new();
+        for (kind, namespace, name) in taken.keys {
+            by_kind.entry(kind).or_default().push((namespace, name));
+        }
+        let mut keys = |kind| by_kind.remove(&kind).unwrap_or_default();
+        use ResolverKind as R;
+        Some(ClusterChanges {
+            namespaces: changes(&self.namespaces, &keys(R::Namespace))
+                .into_iter()
+                .map(|c| (c.name, c.object))
+                .collect(),
+            pods: changes(&self.pods, &keys(R::Pod)),
+            replicasets: changes(&self.replicasets, &keys(R::ReplicaSet)),
+            deployments: changes(&self.deployments, &keys(R::Deployment)),
+            statefulsets: changes(&self.statefulsets, &keys(R::StatefulSet)),
+            daemonsets: changes(&self.daemonsets, &keys(R::DaemonSet)),
+            jobs: changes(&self.jobs, &keys(R::Job)),
+            cronjobs: changes(&self.cronjobs, &keys(R::CronJob)),
+        })
     }
 
     /// Deployments, StatefulSets and DaemonSets: the possible proposal owners.

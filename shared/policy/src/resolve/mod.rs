@@ -27,7 +27,10 @@ use serde::{Deserialize, Serialize};
 use ne_flow::flow::{Endpoint, Labels, Reserved, Str, Timestamp, WorkloadRef};
 
 pub use record::RecordOnly;
-pub use snapshot::{ClusterObjects, ClusterSnapshot, GonePod, ItemRef, Location, SnapshotError};
+pub use snapshot::{
+    Change, ClusterChanges, ClusterObjects, ClusterSnapshot, GonePod, ItemRef, Location,
+    SnapshotError,
+};
 
 /// A named container port of a pod, for NetworkPolicy named ports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

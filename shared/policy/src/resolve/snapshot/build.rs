@@ -1,15 +1,14 @@
 //! From typed objects to the resolution side tables: owner chains are followed once per
 //! object here, so that [`super::ClusterSnapshot::resolve`] is a lookup and a clone.
 
-use std::collections::HashMap;
-
-use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use foldhash::HashMap;
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, ObjectMeta, OwnerReference, Time,
 };
 
-use super::parse::{Objects, PodObject};
-use super::{ClusterSnapshot, GonePod, Life, PodEntry, Slot};
+use super::parse::{NsName, Objects, PodObject};
+use super::{ClusterSnapshot, GonePod, Life, PodEntry};
 use crate::resolve::{
     NAMESPACE_NAME_LABEL, NamedPort, Resolution, ResolvedPod, Unresolved, non_empty_selector,
     selector_for, template_labels,
@@ -19,7 +18,7 @@ use ne_flow::flow::{Labels, Protocol, Str, WorkloadKind, WorkloadRef, labels};
 /// The workload that owns an object and the selector for its pods; `Ok(None)` when the
 /// controller is of a kind this resolver does not follow (a static pod's Node, an Argo
 /// Rollout, ...).
-type Owner = Result<Option<(WorkloadRef, Option<LabelSelector>)>, Unresolved>;
+pub(super) type Owner = Result<Option<(WorkloadRef, Option<LabelSelector>)>, Unresolved>;
 
 /// The controlling owner reference (at most one per object).
 fn controller(meta: &ObjectMeta) -> Option<&OwnerReference> {
@@ -53,14 +52,135 @@ fn template_selector(template: Option<&PodTemplateSpec>) -> Option<LabelSelector
     selector_for(&template_labels(&pod_labels))
 }
 
-struct Builder<'o> {
-    objects: &'o Objects,
-    namespace_labels: HashMap<String, Labels>,
+/// The workload named by an object's controller reference, when of a kind followed here.
+pub(super) fn controller_ref(namespace: &str, meta: &ObjectMeta) -> Option<WorkloadRef> {
+    let reference = controller(meta)?;
+    Some(WorkloadRef {
+        namespace: namespace.into(),
+        kind: kind_of(reference)?,
+        name: reference.name.as_str().into(),
+    })
+}
+
+/// The metadata and pod template of a listed workload object.
+pub(super) fn workload_object<'o>(
+    o: &'o Objects,
+    kind: WorkloadKind,
+    key: &NsName,
+) -> Option<(&'o ObjectMeta, Option<&'o PodTemplateSpec>)> {
+    match kind {
+        WorkloadKind::Deployment => o
+            .deployments
+            .get(key)
+            .map(|d| (&d.metadata, d.spec.as_ref().map(|s| &s.template))),
+        WorkloadKind::StatefulSet => o
+            .statefulsets
+            .get(key)
+            .map(|s| (&s.metadata, s.spec.as_ref().map(|s| &s.template))),
+        WorkloadKind::DaemonSet => o
+            .daemonsets
+            .get(key)
+            .map(|d| (&d.metadata, d.spec.as_ref().map(|s| &s.template))),
+        WorkloadKind::ReplicaSet => o.replicasets.get(key).map(|r| {
+            let template = r.spec.as_ref().and_then(|s| s.template.as_ref());
+            (&r.metadata, template)
+        }),
+        WorkloadKind::Job => o
+            .jobs
+            .get(key)
+            .map(|j| (&j.metadata, j.spec.as_ref().map(|s| &s.template))),
+        WorkloadKind::CronJob => o.cronjobs.get(key).map(|c| {
+            let template = c
+                .spec
+                .as_ref()
+                .and_then(|s| s.job_template.spec.as_ref())
+                .map(|s| &s.template);
+            (&c.metadata, template)
+        }),
+        WorkloadKind::Pod => None,
+    }
+}
+
+/// Follows a workload object up its controller chain (ReplicaSet → Deployment,
+/// Job → CronJob) to the owner and its selector.
+pub(super) fn owner(o: &Objects, namespace: &str, kind: WorkloadKind, name: &str) -> Owner {
+    let key = (namespace.to_owned(), name.to_owned());
+    let found = |sel: Option<LabelSelector>| {
+        let owner = WorkloadRef {
+            namespace: namespace.into(),
+            kind,
+            name: name.into(),
+        };
+        Ok(Some((owner, sel)))
+    };
+    let above = |meta: &ObjectMeta, parent: WorkloadKind| match controller(meta) {
+        None => None,
+        Some(r) if kind_of(r) == Some(parent) => Some(owner(o, namespace, parent, &r.name)),
+        Some(_) => Some(Ok(None)),
+    };
+    match kind {
+        WorkloadKind::Deployment => {
+            let d = o.deployments.get(&key).ok_or(Unresolved::NotFound)?;
+            found(
+                d.spec
+                    .as_ref()
+                    .and_then(|s| non_empty_selector(&s.selector)),
+            )
+        }
+        WorkloadKind::StatefulSet => {
+            let s = o.statefulsets.get(&key).ok_or(Unresolved::NotFound)?;
+            found(
+                s.spec
+                    .as_ref()
+                    .and_then(|s| non_empty_selector(&s.selector)),
+            )
+        }
+        WorkloadKind::DaemonSet => {
+            let d = o.daemonsets.get(&key).ok_or(Unresolved::NotFound)?;
+            found(
+                d.spec
+                    .as_ref()
+                    .and_then(|s| non_empty_selector(&s.selector)),
+            )
+        }
+        WorkloadKind::ReplicaSet => {
+            let rs = o.replicasets.get(&key).ok_or(Unresolved::NotFound)?;
+            above(&rs.metadata, WorkloadKind::Deployment).unwrap_or_else(|| {
+                found(
+                    rs.spec
+                        .as_ref()
+                        .and_then(|s| non_empty_selector(&s.selector)),
+                )
+            })
+        }
+        WorkloadKind::Job => {
+            let job = o.jobs.get(&key).ok_or(Unresolved::NotFound)?;
+            above(&job.metadata, WorkloadKind::CronJob)
+                .unwrap_or_else(|| found(template_selector(job.spec.as_ref().map(|s| &s.template))))
+        }
+        WorkloadKind::CronJob => {
+            let cj = o.cronjobs.get(&key).ok_or(Unresolved::NotFound)?;
+            let template = cj
+                .spec
+                .as_ref()
+                .and_then(|s| s.job_template.spec.as_ref())
+                .map(|s| &s.template);
+            found(template_selector(template))
+        }
+        WorkloadKind::Pod => Err(Unresolved::NotFound),
+    }
+}
+
+/// Resolves pods and workloads against the objects, with the namespace labels computed
+/// once per namespace.
+pub(super) struct Builder<'o> {
+    pub objects: &'o Objects,
+    pub namespace_labels: &'o mut HashMap<Str, Labels>,
 }
 
 impl Builder<'_> {
     /// The namespace's labels plus `kubernetes.io/metadata.name`, shared per namespace.
-    fn namespace_labels(&mut self, namespace: &str) -> Labels {
+    pub fn namespace_labels(&mut self, namespace: &str) -> Labels {
         if let Some(found) = self.namespace_labels.get(namespace) {
             return found.clone();
         }
@@ -75,80 +195,8 @@ impl Builder<'_> {
                 .chain([(NAMESPACE_NAME_LABEL.to_owned(), namespace.to_owned())]),
         );
         self.namespace_labels
-            .insert(namespace.to_owned(), built.clone());
+            .insert(namespace.into(), built.clone());
         built
-    }
-
-    /// Follows a workload object up its controller chain (ReplicaSet → Deployment,
-    /// Job → CronJob) to the owner and its selector.
-    fn owner(&self, namespace: &str, kind: WorkloadKind, name: &str) -> Owner {
-        let o = self.objects;
-        let key = (namespace.to_owned(), name.to_owned());
-        let found = |sel: Option<LabelSelector>| {
-            let owner = WorkloadRef {
-                namespace: namespace.into(),
-                kind,
-                name: name.into(),
-            };
-            Ok(Some((owner, sel)))
-        };
-        let above = |meta: &ObjectMeta, parent: WorkloadKind| match controller(meta) {
-            None => None,
-            Some(r) if kind_of(r) == Some(parent) => Some(self.owner(namespace, parent, &r.name)),
-            Some(_) => Some(Ok(None)),
-        };
-        match kind {
-            WorkloadKind::Deployment => {
-                let d = o.deployments.get(&key).ok_or(Unresolved::NotFound)?;
-                found(
-                    d.spec
-                        .as_ref()
-                        .and_then(|s| non_empty_selector(&s.selector)),
-                )
-            }
-            WorkloadKind::StatefulSet => {
-                let s = o.statefulsets.get(&key).ok_or(Unresolved::NotFound)?;
-                found(
-                    s.spec
-                        .as_ref()
-                        .and_then(|s| non_empty_selector(&s.selector)),
-                )
-            }
-            WorkloadKind::DaemonSet => {
-                let d = o.daemonsets.get(&key).ok_or(Unresolved::NotFound)?;
-                found(
-                    d.spec
-                        .as_ref()
-                        .and_then(|s| non_empty_selector(&s.selector)),
-                )
-            }
-            WorkloadKind::ReplicaSet => {
-                let rs = o.replicasets.get(&key).ok_or(Unresolved::NotFound)?;
-                above(&rs.metadata, WorkloadKind::Deployment).unwrap_or_else(|| {
-                    found(
-                        rs.spec
-                            .as_ref()
-                            .and_then(|s| non_empty_selector(&s.selector)),
-                    )
-                })
-            }
-            WorkloadKind::Job => {
-                let job = o.jobs.get(&key).ok_or(Unresolved::NotFound)?;
-                above(&job.metadata, WorkloadKind::CronJob).unwrap_or_else(|| {
-                    found(template_selector(job.spec.as_ref().map(|s| &s.template)))
-                })
-            }
-            WorkloadKind::CronJob => {
-                let cj = o.cronjobs.get(&key).ok_or(Unresolved::NotFound)?;
-                let template = cj
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.job_template.spec.as_ref())
-                    .map(|s| &s.template);
-                found(template_selector(template))
-            }
-            WorkloadKind::Pod => Err(Unresolved::NotFound),
-        }
     }
 
     /// A resolved endpoint from an owner and the pod (or pod template) behind it.
@@ -175,23 +223,62 @@ impl Builder<'_> {
         })
     }
 
-    fn pod(&mut self, p: &PodObject) -> Resolution {
-        let pod_labels = labels(p.pod.metadata.labels.clone().unwrap_or_default());
-        let owner = match controller(&p.pod.metadata) {
+    /// A pod's resolution and its owner as far as grouping goes.
+    pub fn pod(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        pod: &Pod,
+    ) -> (Resolution, Result<Option<WorkloadRef>, Unresolved>) {
+        let pod_labels = labels(pod.metadata.labels.clone().unwrap_or_default());
+        let owner = match controller(&pod.metadata) {
             None => {
                 let owner = WorkloadRef {
-                    namespace: p.namespace.as_str().into(),
+                    namespace: namespace.into(),
                     kind: WorkloadKind::Pod,
-                    name: p.name.as_str().into(),
+                    name: name.into(),
                 };
                 Ok(Some((owner, selector_for(&template_labels(&pod_labels)))))
             }
             Some(r) => match kind_of(r) {
-                Some(kind) => self.owner(&p.namespace, kind, &r.name),
+                Some(kind) => owner(self.objects, namespace, kind, &r.name),
                 None => Ok(None),
             },
         };
-        self.resolved(&p.namespace, owner, pod_labels, p.pod.spec.as_ref())
+        let resolution = self.resolved(namespace, owner, pod_labels, pod.spec.as_ref());
+        let owner = match &resolution {
+            Resolution::Pod(r) => Ok(r.owner.clone()),
+            Resolution::Unresolved(why) => Err(*why),
+            Resolution::External(_) | Resolution::Reserved(_) => Err(Unresolved::NotFound),
+        };
+        (resolution, owner)
+    }
+
+    /// The entry of a pod object.
+    pub fn entry(&mut self, p: PodObject) -> PodEntry {
+        let (resolution, owner) = self.pod(&p.namespace, &p.name, &p.pod);
+        let (life, addressable) = life(&p);
+        let meta = &p.pod.metadata;
+        let alive = !p.deleted;
+        PodEntry {
+            namespace: p.namespace.as_str().into(),
+            name: p.name.as_str().into(),
+            uid: meta.uid.as_deref().filter(|u| !u.is_empty()).map(Str::from),
+            owner,
+            resolution: resolution.into(),
+            ips: p.ips,
+            life,
+            generate_name: meta
+                .generate_name
+                .as_deref()
+                .filter(|g| !g.is_empty())
+                .map(Str::from),
+            addressable,
+            gone: p.deleted,
+            controller: alive.then(|| controller_ref(&p.namespace, meta)).flatten(),
+            bad_ips: if alive { p.bad_ips } else { 0 },
+            object: alive.then_some(p.pod),
+        }
     }
 
     /// The resolution of a workload id: the owner chain from the object, labels and ports
@@ -203,7 +290,7 @@ impl Builder<'_> {
         name: &str,
         template: Option<&PodTemplateSpec>,
     ) -> Resolution {
-        let owner = self.owner(namespace, kind, name);
+        let owner = owner(self.objects, namespace, kind, name);
         let pod_labels = labels(
             template
                 .and_then(|t| t.metadata.as_ref()?.labels.clone())
@@ -292,161 +379,104 @@ pub(super) fn build<'g>(
     mut objects: Objects,
     gone: impl IntoIterator<Item = &'g GonePod>,
 ) -> ClusterSnapshot {
-    // Sorted, so that the representative of a pod group is the same on every run.
-    objects
-        .pods
-        .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    let mut b = Builder {
-        objects: &objects,
-        namespace_labels: HashMap::new(),
+    let mut pods = objects.take_pods();
+    // Sorted, so that the pods come out of `endpoints` in the same order on every run.
+    pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let ignored = std::mem::take(&mut objects.ignored);
+    let mut snapshot = ClusterSnapshot {
+        objects,
+        ignored,
+        ..ClusterSnapshot::default()
     };
-    let mut snapshot = ClusterSnapshot::default();
-
-    for p in &b.objects.pods {
-        let resolution = b.pod(p);
-        let owner = match &resolution {
-            Resolution::Pod(r) => Ok(r.owner.clone()),
-            Resolution::Unresolved(why) => Err(*why),
-            Resolution::External(_) | Resolution::Reserved(_) => Err(Unresolved::NotFound),
-        };
-        let (life, addressable) = life(p);
-        let meta = &p.pod.metadata;
-        snapshot.pods.push(PodEntry {
-            namespace: p.namespace.as_str().into(),
-            name: p.name.as_str().into(),
-            uid: meta.uid.as_deref().filter(|u| !u.is_empty()).map(Str::from),
-            owner,
-            resolution: resolution.into(),
-            ips: p.ips.clone(),
-            life,
-            generate_name: meta
-                .generate_name
-                .as_deref()
-                .filter(|g| !g.is_empty())
-                .map(Str::from),
-            addressable,
-            gone: p.deleted,
-            older: None,
-        });
+    let workloads = snapshot.objects.workload_refs();
+    for w in &workloads {
+        snapshot.refresh_workload(w);
+        snapshot.file_workload(w, true);
     }
-    snapshot.pods.extend(gone.into_iter().map(|g| g.0.clone()));
-    snapshot.index_pods();
-    snapshot.index_addresses();
-
-    let o = b.objects;
-    let mut workloads: Vec<(WorkloadKind, &(String, String), Option<&PodTemplateSpec>)> =
-        Vec::new();
-    workloads.extend(o.deployments.iter().map(|(k, d)| {
-        (
-            WorkloadKind::Deployment,
-            k,
-            d.spec.as_ref().map(|s| &s.template),
-        )
-    }));
-    workloads.extend(o.statefulsets.iter().map(|(k, s)| {
-        (
-            WorkloadKind::StatefulSet,
-            k,
-            s.spec.as_ref().map(|s| &s.template),
-        )
-    }));
-    workloads.extend(o.daemonsets.iter().map(|(k, d)| {
-        (
-            WorkloadKind::DaemonSet,
-            k,
-            d.spec.as_ref().map(|s| &s.template),
-        )
-    }));
-    workloads.extend(o.replicasets.iter().map(|(k, r)| {
-        (
-            WorkloadKind::ReplicaSet,
-            k,
-            r.spec.as_ref().and_then(|s| s.template.as_ref()),
-        )
-    }));
-    workloads.extend(
-        o.jobs
-            .iter()
-            .map(|(k, j)| (WorkloadKind::Job, k, j.spec.as_ref().map(|s| &s.template))),
-    );
-    workloads.extend(o.cronjobs.iter().map(|(k, c)| {
-        let template = c
-            .spec
-            .as_ref()
-            .and_then(|s| s.job_template.spec.as_ref())
-            .map(|s| &s.template);
-        (WorkloadKind::CronJob, k, template)
-    }));
-    for (kind, (namespace, name), template) in workloads {
-        let resolution = b.workload(namespace, kind, name, template);
-        let id = WorkloadRef {
-            namespace: namespace.as_str().into(),
-            kind,
-            name: name.as_str().into(),
-        };
-        snapshot.workloads.insert(id, resolution);
+    let namespaces: Vec<String> = snapshot.objects.namespaces.keys().cloned().collect();
+    for namespace in namespaces {
+        snapshot.refresh_namespace(&namespace);
     }
-
-    for ((namespace, name), rs) in &o.replicasets {
-        let hash = rs
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("pod-template-hash"));
-        if let Some(hash) = hash {
-            snapshot
-                .replicasets_by_hash
-                .entry((namespace.as_str().into(), hash.as_str().into()))
-                .or_default()
-                .push(name.as_str().into());
-        }
+    let entries: Vec<PodEntry> = {
+        let mut b = snapshot.builder();
+        pods.into_iter().map(|p| b.entry(p)).collect()
+    };
+    for entry in entries {
+        snapshot.insert(entry);
     }
-
-    for namespace in o.namespaces.keys() {
-        let labels = b.namespace_labels(namespace);
-        snapshot
-            .namespace_labels
-            .insert(namespace.as_str().into(), labels);
+    for pod in gone {
+        snapshot.insert(pod.0.clone());
     }
-    snapshot.namespaces = o.namespaces.len();
-    snapshot.ignored = objects.ignored;
+    snapshot.settle();
     snapshot
 }
 
 impl ClusterSnapshot {
-    /// Indexes the pods by name (newest first, older ones of the same name chained) and by
-    /// `generateName`.
-    pub(super) fn index_pods(&mut self) {
-        self.by_name.clear();
-        self.groups.clear();
-        let mut order: Vec<usize> = (0..self.pods.len()).collect();
-        order.sort_by_key(|&i| self.pods[i].life.start.unwrap_or(i64::MIN));
-        for i in order {
-            let pod = &self.pods[i];
-            let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
-            let older = self
-                .by_name
-                .entry(namespace.clone())
-                .or_default()
-                .insert(name, i);
-            self.pods[i].older = older;
+    pub(super) fn builder(&mut self) -> Builder<'_> {
+        Builder {
+            objects: &self.objects,
+            namespace_labels: &mut self.label_cache,
         }
-        for i in 0..self.pods.len() {
-            let pod = &self.pods[i];
-            let Some(prefix) = pod.generate_name.clone() else {
-                continue;
-            };
-            let owner = &pod.owner;
-            let groups = self.groups.entry(pod.namespace.clone()).or_default();
-            match groups.get(&prefix) {
-                None => {
-                    groups.insert(prefix, Slot::Pod(i));
-                }
-                Some(Slot::Pod(first)) if self.pods[*first].owner != *owner => {
-                    groups.insert(prefix, Slot::Ambiguous);
-                }
-                Some(_) => {}
+    }
+
+    /// The resolution of workload `w` again from its object (gone when it is not listed).
+    pub(super) fn refresh_workload(&mut self, w: &WorkloadRef) {
+        let key = (w.namespace.to_string(), w.name.to_string());
+        let mut b = Builder {
+            objects: &self.objects,
+            namespace_labels: &mut self.label_cache,
+        };
+        match workload_object(b.objects, w.kind, &key) {
+            Some((_, template)) => {
+                let resolution = b.workload(&w.namespace, w.kind, &w.name, template);
+                self.workloads.insert(w.clone(), resolution);
             }
+            None => {
+                self.workloads.remove(w);
+            }
+        }
+    }
+
+    /// Files (`add`) or unfiles the listed object `w` under its controller and, for a
+    /// ReplicaSet, its `pod-template-hash`.
+    pub(super) fn file_workload(&mut self, w: &WorkloadRef, add: bool) {
+        let key = (w.namespace.to_string(), w.name.to_string());
+        let Some((meta, _)) = workload_object(&self.objects, w.kind, &key) else {
+            return;
+        };
+        let parent = matches!(w.kind, WorkloadKind::ReplicaSet | WorkloadKind::Job)
+            .then(|| controller_ref(&w.namespace, meta))
+            .flatten();
+        let hash = (w.kind == WorkloadKind::ReplicaSet)
+            .then(|| meta.labels.as_ref()?.get("pod-template-hash"))
+            .flatten()
+            .map(|h| (w.namespace.clone(), Str::from(h.as_str())));
+        if let Some(parent) = parent {
+            self.link(&parent, w, add);
+        }
+        if let Some(hash) = hash {
+            if add {
+                self.replicasets_by_hash
+                    .entry(hash)
+                    .or_default()
+                    .push(w.name.clone());
+            } else if let Some(names) = self.replicasets_by_hash.get_mut(&hash) {
+                names.retain(|n| *n != w.name);
+                if names.is_empty() {
+                    self.replicasets_by_hash.remove(&hash);
+                }
+            }
+        }
+    }
+
+    /// A namespace's labels again from its object: the cached ones, and the listed ones.
+    pub(super) fn refresh_namespace(&mut self, namespace: &str) {
+        self.label_cache.remove(namespace);
+        if self.objects.namespaces.contains_key(namespace) {
+            let labels = self.builder().namespace_labels(namespace);
+            self.namespace_labels.insert(namespace.into(), labels);
+        } else {
+            self.namespace_labels.remove(namespace);
         }
     }
 }

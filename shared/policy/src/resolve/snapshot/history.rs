@@ -4,6 +4,7 @@
 
 use std::net::IpAddr;
 
+use super::index::held;
 use super::{ClusterSnapshot, PodEntry, Slot};
 use crate::resolve::{Seen, Unresolved};
 
@@ -16,36 +17,67 @@ struct Held {
     slot: Slot,
 }
 
-/// The holders of one address, ordered by start, none overlapping another.
+/// The holders of one address: the pods given it (slots), and their holds ordered by
+/// start, none overlapping another.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Holders(Vec<Held>);
+pub(super) struct Holders {
+    held: Vec<Held>,
+    members: Vec<usize>,
+}
 
 impl Holders {
-    fn push(&mut self, i: usize, pod: &PodEntry) {
-        self.0.push(Held {
-            start: pod.life.start.unwrap_or(i64::MIN),
-            end: pod.life.end.unwrap_or(i64::MAX),
-            slot: Slot::Pod(i),
-        });
+    pub(super) fn add(&mut self, i: usize) {
+        self.members.push(i);
     }
 
-    /// Orders the holders and ends each hold at the next one's start: an address belongs
-    /// to one pod at a time. Holders that start together cannot be told apart.
-    fn settle(&mut self) {
-        let held = &mut self.0;
-        held.sort_by_key(|h| h.start);
-        held.dedup_by(|later, kept| {
-            let same = later.start == kept.start;
-            if same {
-                kept.end = kept.end.max(later.end);
-                kept.slot = Slot::Ambiguous;
-            }
-            same
-        });
-        for i in 1..held.len() {
-            let next = held[i].start;
-            held[i - 1].end = held[i - 1].end.min(next);
+    pub(super) fn drop_member(&mut self, i: usize) {
+        if let Some(at) = self.members.iter().position(|&x| x == i) {
+            self.members.swap_remove(at);
         }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The holds again from the members' lives.
+    pub(super) fn settle(&mut self, pods: &[Option<PodEntry>]) {
+        self.held.clear();
+        self.held.extend(self.members.iter().map(|&i| {
+            let pod = held(pods, i);
+            Held {
+                start: pod.life.start.unwrap_or(i64::MIN),
+                end: pod.life.end.unwrap_or(i64::MAX),
+                slot: Slot::Pod(i),
+            }
+        }));
+        order(&mut self.held);
+    }
+}
+
+/// Orders the holds and ends each at the next one's start: an address belongs to one pod
+/// at a time. Holds that start together cannot be told apart.
+fn order(held: &mut Vec<Held>) {
+    held.sort_by_key(|h| h.start);
+    held.dedup_by(|later, kept| {
+        let same = later.start == kept.start;
+        if same {
+            kept.end = kept.end.max(later.end);
+            kept.slot = Slot::Ambiguous;
+        }
+        same
+    });
+    for i in 1..held.len() {
+        let next = held[i].start;
+        held[i - 1].end = held[i - 1].end.min(next);
+    }
+}
+
+impl Holders {
+    /// The holds, in order (for tests comparing two snapshots).
+    #[cfg(test)]
+    pub(super) fn holds(&self) -> impl Iterator<Item = (i64, i64, Slot)> + '_ {
+        self.held.iter().map(|h| (h.start, h.end, h.slot))
     }
 
     /// The holder during `seen`: `Ok` when one pod held the address the whole window,
@@ -53,12 +85,15 @@ impl Holders {
     /// no time known, the only holder there ever was.
     fn during(&self, seen: Seen) -> Result<Slot, Unresolved> {
         let Some((first, last)) = seen.window() else {
-            return match self.0.as_slice() {
+            return match self.held.as_slice() {
                 [only] => Ok(only.slot),
                 _ => Err(Unresolved::Ambiguous),
             };
         };
-        let mut overlapping = self.0.iter().filter(|h| h.start <= last && h.end > first);
+        let mut overlapping = self
+            .held
+            .iter()
+            .filter(|h| h.start <= last && h.end > first);
         match (overlapping.next(), overlapping.next()) {
             (None, _) => Err(Unresolved::AddressNotHeld),
             (Some(h), None) if h.start <= first && h.end > last => Ok(h.slot),
@@ -68,22 +103,6 @@ impl Holders {
 }
 
 impl ClusterSnapshot {
-    /// Indexes every addressable pod under each of its addresses.
-    pub(super) fn index_addresses(&mut self) {
-        self.by_ip.clear();
-        for (i, pod) in self.pods.iter().enumerate() {
-            if !pod.addressable {
-                continue;
-            }
-            for ip in &pod.ips {
-                self.by_ip.entry(*ip).or_default().push(i, pod);
-            }
-        }
-        for holders in self.by_ip.values_mut() {
-            holders.settle();
-        }
-    }
-
     /// Who held `ip` while `seen`; `None` when no known pod ever held it (an address
     /// outside the cluster's pods).
     pub(super) fn holder(&self, ip: &IpAddr, seen: Seen) -> Option<Result<Slot, Unresolved>> {
@@ -104,15 +123,22 @@ mod tests {
         }
     }
 
+    fn settled(mut holds: Vec<Held>) -> Holders {
+        order(&mut holds);
+        Holders {
+            held: holds,
+            members: Vec::new(),
+        }
+    }
+
     fn seen(first: i64, last: i64) -> Seen {
         Seen::between(Timestamp(first), Timestamp(last))
     }
 
     #[test]
     fn each_hold_ends_at_the_next_start() {
-        let mut h = Holders(vec![held(50, i64::MAX, 1), held(10, i64::MAX, 0)]);
-        h.settle();
-        assert_eq!(h.0, vec![held(10, 50, 0), held(50, i64::MAX, 1)]);
+        let h = settled(vec![held(50, i64::MAX, 1), held(10, i64::MAX, 0)]);
+        assert_eq!(h.held, vec![held(10, 50, 0), held(50, i64::MAX, 1)]);
         assert_eq!(h.during(seen(10, 49)), Ok(Slot::Pod(0)));
         assert_eq!(h.during(seen(50, 90)), Ok(Slot::Pod(1)));
         assert_eq!(h.during(seen(40, 60)), Err(Unresolved::AddressReused));
@@ -124,8 +150,7 @@ mod tests {
 
     #[test]
     fn a_gap_between_holders_is_held_by_none() {
-        let mut h = Holders(vec![held(10, 20, 0), held(30, i64::MAX, 1)]);
-        h.settle();
+        let h = settled(vec![held(10, 20, 0), held(30, i64::MAX, 1)]);
         assert_eq!(h.during(seen(22, 28)), Err(Unresolved::AddressNotHeld));
         assert_eq!(h.during(seen(22, 31)), Err(Unresolved::AddressReused));
         assert_eq!(h.during(seen(1, 35)), Err(Unresolved::AddressReused));
@@ -133,10 +158,9 @@ mod tests {
 
     #[test]
     fn holders_starting_together_are_ambiguous() {
-        let mut h = Holders(vec![held(10, 20, 0), held(10, 40, 1)]);
-        h.settle();
+        let h = settled(vec![held(10, 20, 0), held(10, 40, 1)]);
         assert_eq!(
-            h.0,
+            h.held,
             vec![Held {
                 start: 10,
                 end: 40,
@@ -148,8 +172,7 @@ mod tests {
 
     #[test]
     fn one_holder_of_unknown_times_covers_every_window() {
-        let mut h = Holders(vec![held(i64::MIN, i64::MAX, 3)]);
-        h.settle();
+        let h = settled(vec![held(i64::MIN, i64::MAX, 3)]);
         assert_eq!(h.during(Seen::UNKNOWN), Ok(Slot::Pod(3)));
         assert_eq!(h.during(seen(1, 2)), Ok(Slot::Pod(3)));
         // A window with only its end known is taken at its end.

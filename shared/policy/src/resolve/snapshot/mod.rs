@@ -9,7 +9,10 @@
 //! each address when, and `unlisted` resolves pods no input lists through their owners.
 
 mod build;
+mod changes;
+pub use changes::{Change, ClusterChanges};
 mod history;
+mod index;
 mod parse;
 mod unlisted;
 
@@ -160,8 +163,13 @@ struct PodEntry {
     addressable: bool,
     /// Deleted: it resolves the flows of its lifetime, and no selector selects it.
     gone: bool,
-    /// The previous pod of the same namespace and name (a StatefulSet pod recreated).
-    older: Option<usize>,
+    /// Alive: the object it was resolved from, to resolve it again when its owners change
+    /// (shared with the caller's cache).
+    object: Option<Arc<Pod>>,
+    /// Alive: the workload named by its controller reference, whether listed or not.
+    controller: Option<WorkloadRef>,
+    /// Alive: addresses in its status that do not parse.
+    bad_ips: usize,
 }
 
 /// A pod the live cluster no longer lists, kept so that the edges of its lifetime still
@@ -234,17 +242,18 @@ impl GonePod {
     }
 }
 
-/// Live objects of the kinds a snapshot reads, as typed objects.
+/// Live objects of the kinds a snapshot reads, as typed objects shared with the caller
+/// (the leader's reflector stores hand out `Arc`s; the snapshot keeps them, not copies).
 #[derive(Clone, Debug, Default)]
 pub struct ClusterObjects {
-    pub namespaces: Vec<Namespace>,
-    pub pods: Vec<Pod>,
-    pub replicasets: Vec<ReplicaSet>,
-    pub deployments: Vec<Deployment>,
-    pub statefulsets: Vec<StatefulSet>,
-    pub daemonsets: Vec<DaemonSet>,
-    pub jobs: Vec<Job>,
-    pub cronjobs: Vec<CronJob>,
+    pub namespaces: Vec<Arc<Namespace>>,
+    pub pods: Vec<Arc<Pod>>,
+    pub replicasets: Vec<Arc<ReplicaSet>>,
+    pub deployments: Vec<Arc<Deployment>>,
+    pub statefulsets: Vec<Arc<StatefulSet>>,
+    pub daemonsets: Vec<Arc<DaemonSet>>,
+    pub jobs: Vec<Arc<Job>>,
+    pub cronjobs: Vec<Arc<CronJob>>,
 }
 
 /// Resolves endpoints against cluster state and its history. Built once; every lookup is
@@ -273,19 +282,31 @@ pub struct ClusterObjects {
 /// chain (an owner missing from the snapshot) is `NotFound`.
 #[derive(Debug, Default)]
 pub struct ClusterSnapshot {
-    pods: Vec<PodEntry>,
-    /// namespace → pod name → the newest pod of that name.
-    by_name: HashMap<Str, HashMap<Str, usize>>,
+    /// Every pod held, live and gone; `None`: a slot free for reuse (listed in `free`).
+    pods: Vec<Option<PodEntry>>,
+    free: Vec<usize>,
+    /// namespace → pod name → the pods of that name, oldest first.
+    by_name: HashMap<Str, HashMap<Str, Vec<usize>>>,
     by_ip: HashMap<IpAddr, history::Holders>,
-    /// namespace → generateName → pod.
-    groups: HashMap<Str, HashMap<Str, Slot>>,
+    /// namespace → generateName → its pods and what the name resolves to.
+    groups: HashMap<Str, HashMap<Str, index::Group>>,
     /// Every workload object (not pods), under its own kind.
     workloads: HashMap<WorkloadRef, Resolution>,
     /// (namespace, `pod-template-hash`) → the ReplicaSets carrying it.
     replicasets_by_hash: HashMap<(Str, Str), Vec<Str>>,
     /// The labels of every listed namespace (with `kubernetes.io/metadata.name`).
     namespace_labels: HashMap<Str, ne_flow::flow::Labels>,
-    namespaces: usize,
+    /// The namespaces and workload objects resolutions are derived from (pods are held by
+    /// their entries), kept to apply changes.
+    objects: parse::Objects,
+    /// The labels every resolution in a namespace carries, listed or not.
+    label_cache: HashMap<Str, ne_flow::flow::Labels>,
+    /// Workload → the live pods and workload objects whose controller reference names it.
+    dependents: HashMap<WorkloadRef, index::Dependents>,
+    /// Index keys to settle after entries were added or removed.
+    unsettled: index::Unsettled,
+    /// Objects without namespace or name, and pod addresses that do not parse.
+    skipped: usize,
     ignored: BTreeMap<String, usize>,
 }
 
@@ -316,19 +337,20 @@ impl ClusterSnapshot {
         objects: ClusterObjects,
         gone: impl IntoIterator<Item = &'g GonePod>,
     ) -> (Self, usize) {
-        let (objects, skipped) = parse::from_objects(objects);
-        (build::build(objects, gone), skipped)
+        let (objects, nameless) = parse::from_objects(objects);
+        let mut snapshot = build::build(objects, gone);
+        snapshot.skipped += nameless;
+        let skipped = snapshot.skipped;
+        (snapshot, skipped)
     }
 
     /// Adds pods found gone after this snapshot was built (see
     /// [`ClusterSnapshot::gone_since`]).
     pub fn add_gone(&mut self, gone: &[GonePod]) {
-        if gone.is_empty() {
-            return;
+        for pod in gone {
+            self.insert(pod.0.clone());
         }
-        self.pods.extend(gone.iter().map(|g| g.0.clone()));
-        self.index_pods();
-        self.index_addresses();
+        self.settle();
     }
 
     /// The pods this snapshot lists alive that `next` does not list any more, ended at
@@ -336,27 +358,19 @@ impl ClusterSnapshot {
     /// lifetime still resolve to them.
     pub fn gone_since(&self, next: &ClusterSnapshot, now: Timestamp) -> Vec<GonePod> {
         let alive: foldhash::HashSet<(&str, &str, Option<&str>)> = next
-            .pods
-            .iter()
+            .entries()
             .filter(|p| !p.gone)
             .map(|p| (&*p.namespace, &*p.name, p.uid.as_deref()))
             .collect();
-        self.pods
-            .iter()
+        self.entries()
             .filter(|p| !p.gone && !alive.contains(&(&*p.namespace, &*p.name, p.uid.as_deref())))
-            .map(|p| {
-                let mut entry = p.clone();
-                entry.gone = true;
-                entry.older = None;
-                entry.life.end = Some(entry.life.end.map_or(now.0, |e| e.min(now.0)));
-                GonePod(entry)
-            })
+            .map(|p| GonePod(p.clone().into_gone(now)))
             .collect()
     }
 
     /// Number of pods held (gone ones included).
     pub fn pod_count(&self) -> usize {
-        self.pods.len()
+        self.pods.len() - self.free.len()
     }
 
     /// Number of workload objects held (Deployments, StatefulSets, DaemonSets,
@@ -367,14 +381,20 @@ impl ClusterSnapshot {
 
     /// Number of Namespace objects held.
     pub fn namespace_count(&self) -> usize {
-        self.namespaces
+        self.objects.namespaces.len()
+    }
+
+    /// Objects left out (without namespace or name) and pod addresses that do not parse,
+    /// in the cluster state this snapshot holds.
+    pub fn skipped(&self) -> usize {
+        self.skipped
     }
 
     /// Every pod not gone, then every workload's pod template (with the workload's
     /// namespace labels): what a policy's selectors can select, scaled-to-zero workloads
     /// included.
     pub fn endpoints(&self) -> impl Iterator<Item = &ResolvedPod> {
-        let pods = self.pods.iter().filter(|p| !p.gone).map(|p| &*p.resolution);
+        let pods = self.entries().filter(|p| !p.gone).map(|p| &*p.resolution);
         pods.chain(self.workloads.values()).filter_map(|r| match r {
             Resolution::Pod(p) => Some(p),
             _ => None,
@@ -393,7 +413,7 @@ impl ClusterSnapshot {
             return;
         };
         if let Some(Ok(Slot::Pod(i))) = self.holder(&ip, Seen::at(time)) {
-            let pod = &self.pods[i];
+            let pod = self.pod(i);
             endpoint.id = EndpointId::Pod {
                 namespace: pod.namespace.clone(),
                 name: pod.name.clone(),
@@ -401,9 +421,20 @@ impl ClusterSnapshot {
         }
     }
 
+    /// The entry an index points at (indexes point at held entries only).
+    fn pod(&self, i: usize) -> &PodEntry {
+        self.pods[i]
+            .as_ref()
+            .expect("the indexes point at held entries only")
+    }
+
+    fn entries(&self) -> impl Iterator<Item = &PodEntry> {
+        self.pods.iter().flatten()
+    }
+
     fn slot(&self, slot: Slot) -> Cow<'_, Resolution> {
         match slot {
-            Slot::Pod(i) => Cow::Borrowed(&self.pods[i].resolution),
+            Slot::Pod(i) => Cow::Borrowed(&self.pod(i).resolution),
             Slot::Ambiguous => Cow::Owned(Resolution::Unresolved(Unresolved::Ambiguous)),
         }
     }
@@ -411,18 +442,16 @@ impl ClusterSnapshot {
     /// The pod named `name` in `namespace` while `seen`: of several pods with the name,
     /// the one alive then, else the newest.
     fn named(&self, namespace: &str, name: &str, seen: Seen) -> Option<usize> {
-        let newest = *self.by_name.get(namespace)?.get(name)?;
+        let same = self.by_name.get(namespace)?.get(name)?;
+        let newest = *same.last()?;
         let Some(window) = seen.window() else {
             return Some(newest);
         };
-        let mut at = Some(newest);
-        while let Some(i) = at {
-            if self.pods[i].life.overlaps(window) {
-                return Some(i);
-            }
-            at = self.pods[i].older;
-        }
-        Some(newest)
+        let alive = same
+            .iter()
+            .rev()
+            .find(|&&i| self.pod(i).life.overlaps(window));
+        Some(alive.copied().unwrap_or(newest))
     }
 
     fn workload(
@@ -441,11 +470,11 @@ impl ClusterSnapshot {
         if let (Resolution::Pod(template), Some(Ok(Slot::Pod(i)))) = (
             resolution,
             endpoint.ip.and_then(|ip| self.holder(&ip, seen)),
-        ) && let Resolution::Pod(pod) = &*self.pods[i].resolution
+        ) && let Resolution::Pod(pod) = &*self.pod(i).resolution
             && pod.owner.is_some()
             && pod.owner == template.owner
         {
-            return Some(Cow::Borrowed(&self.pods[i].resolution));
+            return Some(Cow::Borrowed(&self.pod(i).resolution));
         }
         Some(Cow::Borrowed(resolution))
     }
@@ -473,7 +502,7 @@ impl Resolver for ClusterSnapshot {
             },
             EndpointId::PodGroup { namespace, prefix } => {
                 match self.groups.get(namespace).and_then(|m| m.get(prefix)) {
-                    Some(slot) => self.slot(*slot),
+                    Some(group) => self.slot(group.slot),
                     None => Cow::Owned(self.unlisted_group(endpoint, namespace, prefix)),
                 }
             }
@@ -481,6 +510,8 @@ impl Resolver for ClusterSnapshot {
     }
 }
 
+#[cfg(test)]
+mod changes_tests;
 #[cfg(test)]
 mod churn_tests;
 #[cfg(test)]

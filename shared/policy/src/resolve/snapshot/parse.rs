@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use k8s_openapi::Metadata;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
@@ -21,6 +22,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::{ItemRef, Location, SnapshotError};
+use ne_flow::flow::{WorkloadKind, WorkloadRef};
 
 /// `(namespace, name)`.
 pub(super) type NsName = (String, String);
@@ -30,11 +32,13 @@ pub(super) type NsName = (String, String);
 pub(super) struct PodObject {
     pub namespace: String,
     pub name: String,
-    pub pod: Pod,
+    pub pod: Arc<Pod>,
     /// `status.podIPs` and `status.podIP` of every observation, deduplicated.
     pub ips: Vec<IpAddr>,
     /// A watch stream reported its deletion.
     pub deleted: bool,
+    /// Live: addresses in its status that do not parse, left out of `ips`.
+    pub bad_ips: usize,
 }
 
 impl PodObject {
@@ -57,7 +61,8 @@ fn uid(meta: &ObjectMeta) -> Option<&str> {
     meta.uid.as_deref().filter(|u| !u.is_empty())
 }
 
-/// Every object of a snapshot, by kind.
+/// Every object of a snapshot, by kind. Objects are shared (`Arc`) with whoever handed them
+/// in: the leader's caches hold the same copies.
 #[derive(Debug, Default)]
 pub(super) struct Objects {
     /// Namespace name → its labels.
@@ -65,12 +70,12 @@ pub(super) struct Objects {
     pub pods: Vec<PodObject>,
     /// Where the pods of each namespace and name are in `pods`.
     pod_index: HashMap<NsName, Vec<usize>>,
-    pub replicasets: HashMap<NsName, ReplicaSet>,
-    pub deployments: HashMap<NsName, Deployment>,
-    pub statefulsets: HashMap<NsName, StatefulSet>,
-    pub daemonsets: HashMap<NsName, DaemonSet>,
-    pub jobs: HashMap<NsName, Job>,
-    pub cronjobs: HashMap<NsName, CronJob>,
+    pub replicasets: HashMap<NsName, Arc<ReplicaSet>>,
+    pub deployments: HashMap<NsName, Arc<Deployment>>,
+    pub statefulsets: HashMap<NsName, Arc<StatefulSet>>,
+    pub daemonsets: HashMap<NsName, Arc<DaemonSet>>,
+    pub jobs: HashMap<NsName, Arc<Job>>,
+    pub cronjobs: HashMap<NsName, Arc<CronJob>>,
     /// Items of other kinds, counted by kind.
     pub ignored: BTreeMap<String, usize>,
 }
@@ -240,9 +245,10 @@ impl Objects {
                 self.add_pod(PodObject {
                     namespace,
                     name,
-                    pod,
+                    pod: Arc::new(pod),
                     ips,
                     deleted,
+                    bad_ips: 0,
                 });
             }
             "ReplicaSet" => {
@@ -278,6 +284,35 @@ impl Objects {
 }
 
 impl Objects {
+    /// The pods, out of these objects (a snapshot keeps them in its entries).
+    pub(super) fn take_pods(&mut self) -> Vec<PodObject> {
+        self.pod_index.clear();
+        std::mem::take(&mut self.pods)
+    }
+
+    /// Every workload object listed, in a stable order (kind, namespace, name).
+    pub(super) fn workload_refs(&self) -> Vec<WorkloadRef> {
+        fn of<T>(
+            kind: WorkloadKind,
+            map: &HashMap<NsName, T>,
+        ) -> impl Iterator<Item = WorkloadRef> {
+            map.keys().map(move |(namespace, name)| WorkloadRef {
+                namespace: namespace.as_str().into(),
+                kind,
+                name: name.as_str().into(),
+            })
+        }
+        let mut refs: Vec<WorkloadRef> = of(WorkloadKind::Deployment, &self.deployments)
+            .chain(of(WorkloadKind::StatefulSet, &self.statefulsets))
+            .chain(of(WorkloadKind::DaemonSet, &self.daemonsets))
+            .chain(of(WorkloadKind::ReplicaSet, &self.replicasets))
+            .chain(of(WorkloadKind::Job, &self.jobs))
+            .chain(of(WorkloadKind::CronJob, &self.cronjobs))
+            .collect();
+        refs.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
+        refs
+    }
+
     /// Adds one observation of a pod: the first of its key, or a later one that replaces
     /// an older (keeping the addresses of both, and the deletion once reported).
     fn add_pod(&mut self, mut pod: PodObject) {
@@ -299,12 +334,13 @@ impl Objects {
         pod.deleted |= known.deleted;
         if is_newer(&pod.pod.metadata, &known.pod.metadata) {
             if uid(&pod.pod.metadata).is_none() {
-                pod.pod.metadata.uid = known.pod.metadata.uid.take();
+                Arc::make_mut(&mut pod.pod).metadata.uid =
+                    Arc::make_mut(&mut known.pod).metadata.uid.take();
             }
             *known = pod;
         } else {
             if uid(&known.pod.metadata).is_none() {
-                known.pod.metadata.uid = pod.pod.metadata.uid;
+                Arc::make_mut(&mut known.pod).metadata.uid = pod.pod.metadata.uid.clone();
             }
             known.ips = pod.ips;
             known.deleted = pod.deleted;
@@ -323,11 +359,11 @@ fn is_newer(new: &ObjectMeta, old: &ObjectMeta) -> bool {
 }
 
 /// Keeps the latest observation of a workload object.
-fn latest<T: Metadata<Ty = ObjectMeta>>(map: &mut HashMap<NsName, T>, key: NsName, value: T) {
+fn latest<T: Metadata<Ty = ObjectMeta>>(map: &mut HashMap<NsName, Arc<T>>, key: NsName, value: T) {
     match map.get(&key) {
         Some(known) if !is_newer(value.metadata(), known.metadata()) => {}
         _ => {
-            map.insert(key, value);
+            map.insert(key, Arc::new(value));
         }
     }
 }
@@ -353,19 +389,57 @@ fn pod_ips(pod: &Pod, item: &ItemRef) -> Result<Vec<IpAddr>, SnapshotError> {
     Ok(ips)
 }
 
-/// Typed live objects into [`Objects`]: items without namespace or name are skipped, and so
-/// are pod addresses that do not parse; both are counted.
-pub(super) fn from_objects(c: super::ClusterObjects) -> (Objects, usize) {
-    let mut objects = Objects::default();
-    let mut skipped = 0;
-    let mut key = |meta: &ObjectMeta| match (meta.namespace.as_deref(), meta.name.as_deref()) {
+/// The namespace and name of a live object, when it has both.
+pub(super) fn live_key(meta: &ObjectMeta) -> Option<NsName> {
+    match (meta.namespace.as_deref(), meta.name.as_deref()) {
         (Some(ns), Some(name)) if !ns.is_empty() && !name.is_empty() => {
             Some((ns.to_owned(), name.to_owned()))
         }
-        _ => {
-            skipped += 1;
-            None
+        _ => None,
+    }
+}
+
+impl PodObject {
+    /// A live pod; addresses that do not parse are left out and counted.
+    pub(super) fn live(namespace: String, name: String, pod: Arc<Pod>) -> Self {
+        let mut ips = Vec::new();
+        let mut bad_ips = 0;
+        let status = pod.status.as_ref();
+        let listed = status
+            .and_then(|s| s.pod_ips.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|p| p.ip.as_str());
+        for text in listed
+            .chain(status.and_then(|s| s.pod_ip.as_deref()))
+            .filter(|t| !t.is_empty())
+        {
+            match text.parse::<IpAddr>() {
+                Ok(ip) if !ips.contains(&ip) => ips.push(ip),
+                Ok(_) => {}
+                Err(_) => bad_ips += 1,
+            }
         }
+        PodObject {
+            namespace,
+            name,
+            pod,
+            ips,
+            deleted: false,
+            bad_ips,
+        }
+    }
+}
+
+/// Typed live objects into [`Objects`]: items without namespace or name are skipped and
+/// counted (pod addresses that do not parse are counted on each pod).
+pub(super) fn from_objects(c: super::ClusterObjects) -> (Objects, usize) {
+    let mut objects = Objects::default();
+    let mut skipped = 0;
+    let mut key = |meta: &ObjectMeta| {
+        let key = live_key(meta);
+        skipped += usize::from(key.is_none());
+        key
     };
     fn insert<T>(map: &mut HashMap<NsName, T>, key: Option<NsName>, value: T) {
         if let Some(key) = key {
@@ -390,45 +464,18 @@ pub(super) fn from_objects(c: super::ClusterObjects) -> (Objects, usize) {
     for j in c.cronjobs {
         insert(&mut objects.cronjobs, key(&j.metadata), j);
     }
-    let mut pods = Vec::with_capacity(c.pods.len());
     for pod in c.pods {
-        let Some((namespace, name)) = key(&pod.metadata) else {
-            continue;
-        };
-        pods.push((namespace, name, pod));
-    }
-    for (namespace, name, pod) in pods {
-        let mut ips = Vec::new();
-        let status = pod.status.as_ref();
-        let listed = status
-            .and_then(|s| s.pod_ips.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|p| p.ip.as_str());
-        for text in listed
-            .chain(status.and_then(|s| s.pod_ip.as_deref()))
-            .filter(|t| !t.is_empty())
-        {
-            match text.parse::<IpAddr>() {
-                Ok(ip) if !ips.contains(&ip) => ips.push(ip),
-                Ok(_) => {}
-                Err(_) => skipped += 1,
-            }
+        if let Some((namespace, name)) = key(&pod.metadata) {
+            objects.add_pod(PodObject::live(namespace, name, pod));
         }
-        objects.add_pod(PodObject {
-            namespace,
-            name,
-            pod,
-            ips,
-            deleted: false,
-        });
     }
     for ns in c.namespaces {
-        match ns.metadata.name.filter(|n| !n.is_empty()) {
+        match ns.metadata.name.as_deref().filter(|n| !n.is_empty()) {
             Some(name) => {
-                objects
-                    .namespaces
-                    .insert(name, ns.metadata.labels.unwrap_or_default());
+                objects.namespaces.insert(
+                    name.to_owned(),
+                    ns.metadata.labels.clone().unwrap_or_default(),
+                );
             }
             None => skipped += 1,
         }

@@ -979,13 +979,15 @@ fn live_objects_resolve_exactly_as_their_yaml_does() {
         }
     }
     // A pod without a namespace and an address that does not parse are counted, not fatal.
-    let mut broken: k8s_openapi::api::core::v1::Pod = live.pods[0].clone();
+    let mut broken: k8s_openapi::api::core::v1::Pod = (*live.pods[0]).clone();
     broken.metadata.namespace = None;
-    live.pods.push(broken);
-    live.pods[0].status.get_or_insert_default().pod_ips =
-        Some(vec![k8s_openapi::api::core::v1::PodIP {
-            ip: "not-an-ip".to_owned(),
-        }]);
+    live.pods.push(std::sync::Arc::new(broken));
+    std::sync::Arc::make_mut(&mut live.pods[0])
+        .status
+        .get_or_insert_default()
+        .pod_ips = Some(vec![k8s_openapi::api::core::v1::PodIP {
+        ip: "not-an-ip".to_owned(),
+    }]);
     let (from_live, skipped) = ClusterSnapshot::from_objects(live, []);
     assert_eq!(skipped, 2);
     assert_eq!(
