@@ -34,12 +34,12 @@ fn e2e_cluster(ns: &str) -> ne_policy::resolve::ClusterSnapshot {
     let mut objects = ClusterObjects::default();
     let mut namespace = k8s_openapi::api::core::v1::Namespace::default();
     namespace.metadata.name = Some(ns.to_owned());
-    objects.namespaces.push(namespace);
+    objects.namespaces.push(namespace.into());
     for (name, ip) in [("api", API_IP), ("web", WEB_IP)] {
         let (d, rs, pod) = workload_objects(ns, name, name, ip);
-        objects.deployments.push(d);
-        objects.replicasets.push(rs);
-        objects.pods.push(pod);
+        objects.deployments.push(d.into());
+        objects.replicasets.push(rs.into());
+        objects.pods.push(pod.into());
     }
     let (snapshot, skipped) = ClusterSnapshot::from_objects(objects, []);
     assert_eq!(skipped, 0);

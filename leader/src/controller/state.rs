@@ -407,6 +407,40 @@ pub async fn authorization_policies_served(client: &Client) -> Result<bool, kube
 }
 
 #[cfg(test)]
+mod changed_tests {
+    use super::*;
+
+    fn meta(namespace: Option<&str>, name: &str) -> kube::api::ObjectMeta {
+        kube::api::ObjectMeta {
+            namespace: namespace.map(str::to_owned),
+            name: Some(name.to_owned()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_object_changed_twice_is_applied_once_and_too_many_changes_mean_a_rebuild() {
+        let mut changed = Changed::default();
+        changed.note(ResolverKind::Pod, &meta(Some("shop"), "api-1"));
+        changed.note(ResolverKind::Pod, &meta(Some("shop"), "api-1"));
+        changed.note(ResolverKind::Namespace, &meta(None, "shop"));
+        assert_eq!(changed.keys.len(), 2);
+        assert!(!changed.rebuild);
+
+        for i in 0..Changed::MAX {
+            changed.note(ResolverKind::Pod, &meta(Some("shop"), &format!("web-{i}")));
+        }
+        assert!(changed.rebuild, "past the cap the resolver is built again");
+        assert!(
+            changed.keys.is_empty(),
+            "and the keys are dropped, not kept growing"
+        );
+        changed.note(ResolverKind::Pod, &meta(Some("shop"), "api-2"));
+        assert!(changed.keys.is_empty());
+    }
+}
+
+#[cfg(test)]
 mod backoff_tests {
     use super::*;
     use kube::runtime::utils::Backoff;
