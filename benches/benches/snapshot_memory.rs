@@ -5,9 +5,10 @@
 //! `cargo bench -p ne-benches --bench snapshot_memory`
 
 use std::hint::black_box;
+use std::sync::Arc;
 
 use ne_benches::cluster::churn;
-use ne_policy::resolve::{ClusterSnapshot, GonePod};
+use ne_policy::resolve::{ClusterObjects, ClusterSnapshot, GonePod};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 
 #[global_allocator]
@@ -18,12 +19,30 @@ fn held<T>(f: impl FnOnce() -> T) -> (T, i64) {
     ne_benches::alloc::held(ALLOCATOR, f)
 }
 
+/// A copy of every object, not of the `Arc`s.
+fn deep_copy(o: &ClusterObjects) -> ClusterObjects {
+    fn each<K: Clone>(v: &[Arc<K>]) -> Vec<Arc<K>> {
+        v.iter().map(|k| Arc::new(K::clone(k))).collect()
+    }
+    ClusterObjects {
+        namespaces: each(&o.namespaces),
+        pods: each(&o.pods),
+        replicasets: each(&o.replicasets),
+        deployments: each(&o.deployments),
+        statefulsets: each(&o.statefulsets),
+        daemonsets: each(&o.daemonsets),
+        jobs: each(&o.jobs),
+        cronjobs: each(&o.cronjobs),
+    }
+}
+
 fn main() {
     // `churn` drops the snapshots it derived the gone pods from, so what it leaves held is
     // the live objects and the history, as in the leader; a deep copy of the live objects
-    // tells them apart.
+    // tells them apart. The resolvers share the live objects (as the leader's share its
+    // caches'), so their figures are what a resolver adds to the caches.
     let (churn, both) = held(churn);
-    let (live_copy, live) = held(|| churn.live.clone());
+    let (live_copy, live) = held(|| deep_copy(&churn.live));
     drop(live_copy);
     let past = (churn.past.capacity() * size_of_val(&churn.past[0])) as i64;
     let history = both - live - past;
