@@ -75,10 +75,18 @@ pub fn facts<'p>(
     let mut by_owner: HashMap<(&str, &str, &str), &ResolvedPod> = HashMap::new();
     let mut dns = Vec::new();
     let mut by_identity: HashMap<(&str, &str), BTreeSet<String>> = HashMap::new();
-    for pod in cluster.endpoints() {
+    // Of an owner's pods, the first by labels (not by where the resolver holds them, which
+    // moves as pods come and go); its template only when it has none.
+    let pods = cluster.live_pods().map(|p| (p, false));
+    for (pod, template) in pods.chain(cluster.templates().map(|t| (t, true))) {
         if let Some(owner) = &pod.owner {
             by_owner
                 .entry((&pod.namespace, owner.kind.as_str(), &owner.name))
+                .and_modify(|first| {
+                    if !template && pod.labels < first.labels {
+                        *first = pod;
+                    }
+                })
                 .or_insert(pod);
             let account = pod.service_account.as_deref().unwrap_or("default");
             by_identity
@@ -335,6 +343,43 @@ mod tests {
                 ("app".to_owned(), "api".to_owned()),
                 ("tier".to_owned(), "back".to_owned())
             ]
+        );
+    }
+
+    #[test]
+    fn the_target_pod_is_chosen_by_its_labels_not_by_where_the_resolver_holds_it() {
+        // Mid-rollout: two pods of `api` from two ReplicaSets; by name (the order the
+        // resolver holds them in) the older template's pod comes first.
+        let owner = |kind: &str, name: &str| json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": name, "controller": true}]);
+        let replicaset = |hash: &str| {
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                   "metadata": {"name": format!("api-{hash}"), "namespace": "shop",
+                                "labels": {"pod-template-hash": hash},
+                                "ownerReferences": owner("Deployment", "api")},
+                   "spec": {"selector": {"matchLabels": {"app": "api"}}}})
+        };
+        let pod = |name: &str, hash: &str| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": "shop", "uid": name,
+                                "labels": {"app": "api", "pod-template-hash": hash},
+                                "ownerReferences": owner("ReplicaSet", &format!("api-{hash}"))},
+                   "status": {"podIP": "10.0.0.1"}})
+        };
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": [
+            deployment("shop", "api", json!({"app": "api"}), "api"),
+            replicaset("new"), replicaset("old"),
+            pod("api-0", "old"), pod("api-a", "new"),
+        ]});
+        let cluster = ClusterSnapshot::from_yaml(&serde_json::to_string(&list).unwrap()).unwrap();
+        let p = policy("api", egress(json!([])));
+        let facts = facts(&[p], [], &cluster, &[], HostTraffic::Allowed);
+        let labels = facts.policies[&("shop".to_owned(), "api".to_owned())]
+            .target_labels
+            .clone()
+            .unwrap();
+        assert!(
+            labels.contains(&("pod-template-hash".to_owned(), "new".to_owned())),
+            "{labels:?}"
         );
     }
 

@@ -394,8 +394,21 @@ impl ClusterSnapshot {
     /// namespace labels): what a policy's selectors can select, scaled-to-zero workloads
     /// included.
     pub fn endpoints(&self) -> impl Iterator<Item = &ResolvedPod> {
-        let pods = self.entries().filter(|p| !p.gone).map(|p| &*p.resolution);
-        pods.chain(self.workloads.values()).filter_map(|r| match r {
+        self.live_pods().chain(self.templates())
+    }
+
+    /// Every pod not gone, in no particular order (it changes as pods come and go).
+    pub fn live_pods(&self) -> impl Iterator<Item = &ResolvedPod> {
+        let pods = self.entries().filter(|p| !p.gone);
+        pods.filter_map(|p| match &*p.resolution {
+            Resolution::Pod(p) => Some(p),
+            _ => None,
+        })
+    }
+
+    /// Every workload's pod template, with the workload's namespace labels.
+    pub fn templates(&self) -> impl Iterator<Item = &ResolvedPod> {
+        self.workloads.values().filter_map(|r| match r {
             Resolution::Pod(p) => Some(p),
             _ => None,
         })
