@@ -113,6 +113,7 @@ pub(super) fn owner(o: &Objects, namespace: &str, kind: WorkloadKind, name: &str
         };
         Ok(Some((owner, sel)))
     };
+    let selected = |sel: Option<&LabelSelector>| found(sel.and_then(non_empty_selector));
     let above = |meta: &ObjectMeta, parent: WorkloadKind| match controller(meta) {
         None => None,
         Some(r) if kind_of(r) == Some(parent) => Some(owner(o, namespace, parent, &r.name)),
@@ -121,37 +122,20 @@ pub(super) fn owner(o: &Objects, namespace: &str, kind: WorkloadKind, name: &str
     match kind {
         WorkloadKind::Deployment => {
             let d = o.deployments.get(&key).ok_or(Unresolved::NotFound)?;
-            found(
-                d.spec
-                    .as_ref()
-                    .and_then(|s| non_empty_selector(&s.selector)),
-            )
+            selected(d.spec.as_ref().map(|s| &s.selector))
         }
         WorkloadKind::StatefulSet => {
             let s = o.statefulsets.get(&key).ok_or(Unresolved::NotFound)?;
-            found(
-                s.spec
-                    .as_ref()
-                    .and_then(|s| non_empty_selector(&s.selector)),
-            )
+            selected(s.spec.as_ref().map(|s| &s.selector))
         }
         WorkloadKind::DaemonSet => {
             let d = o.daemonsets.get(&key).ok_or(Unresolved::NotFound)?;
-            found(
-                d.spec
-                    .as_ref()
-                    .and_then(|s| non_empty_selector(&s.selector)),
-            )
+            selected(d.spec.as_ref().map(|s| &s.selector))
         }
         WorkloadKind::ReplicaSet => {
             let rs = o.replicasets.get(&key).ok_or(Unresolved::NotFound)?;
-            above(&rs.metadata, WorkloadKind::Deployment).unwrap_or_else(|| {
-                found(
-                    rs.spec
-                        .as_ref()
-                        .and_then(|s| non_empty_selector(&s.selector)),
-                )
-            })
+            above(&rs.metadata, WorkloadKind::Deployment)
+                .unwrap_or_else(|| selected(rs.spec.as_ref().map(|s| &s.selector)))
         }
         WorkloadKind::Job => {
             let job = o.jobs.get(&key).ok_or(Unresolved::NotFound)?;
