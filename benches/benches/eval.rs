@@ -6,12 +6,16 @@
 //! - `allowed`: 256 flows, flow `i` from the peer of rule `i % rules` (on average half
 //!   the rules are tried before the match);
 //! - `denied`: 256 flows from a peer no rule names (every rule is tried).
+//!
+//! `networkpolicy_ipblock`: a policy of learned external peers, one `ipBlock` /32 per rule
+//! (what a proposal holds for addresses outside the cluster), and 256 flows from addresses
+//! no rule names.
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use k8s_openapi::api::networking::v1::{
-    NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
+    IPBlock, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -57,6 +61,21 @@ fn netpol(rules: usize) -> NetworkPolicySpec {
         ),
         egress: None,
     }
+}
+
+/// Ingress from `rules` external addresses, one /32 each.
+fn ip_blocks(rules: usize) -> NetworkPolicySpec {
+    let mut spec = netpol(rules);
+    for (k, rule) in spec.ingress.iter_mut().flatten().enumerate() {
+        rule.from = Some(vec![NetworkPolicyPeer {
+            ip_block: Some(IPBlock {
+                cidr: format!("203.0.{}.{}/32", k / 256, k % 256),
+                except: None,
+            }),
+            ..NetworkPolicyPeer::default()
+        }]);
+    }
+    spec
 }
 
 fn istio(rules: usize) -> IstioAuthorizationPolicySpec {
@@ -168,6 +187,36 @@ fn check(c: &mut Criterion) {
                 });
             }
         }
+    }
+    for rules in [10usize, 100] {
+        let spec = ip_blocks(rules);
+        let policy = PolicyRef {
+            backend: Backend::Kubernetes,
+            kubernetes: Some(&spec),
+            istio: None,
+            direction: PolicyDirection::Ingress,
+        };
+        let stranger = Flow::from(None);
+        let addresses: Vec<std::net::IpAddr> = (0..FLOWS)
+            .map(|i| std::net::IpAddr::from([198, 51, 100, i as u8]))
+            .collect();
+        let view = |ip| FlowView {
+            peer: PeerView::External,
+            peer_ip: Some(ip),
+            ..stranger.view()
+        };
+        for &ip in &addresses {
+            let d = evaluate(policy, "server-ns", &view(ip)).expect("valid policy");
+            assert!(!d.is_allowed(), "no rule names {ip}");
+        }
+        let id = BenchmarkId::new("networkpolicy_ipblock/denied", format!("{rules}_rules"));
+        group.bench_with_input(id, &addresses, |b, addresses| {
+            b.iter(|| {
+                for &ip in addresses {
+                    black_box(evaluate(policy, "server-ns", &view(ip)).ok());
+                }
+            })
+        });
     }
     group.finish();
 }
