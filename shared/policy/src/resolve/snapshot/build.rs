@@ -406,19 +406,13 @@ impl ClusterSnapshot {
     /// The resolution of workload `w` again from its object (gone when it is not listed).
     pub(super) fn refresh_workload(&mut self, w: &WorkloadRef) {
         let key = (w.namespace.to_string(), w.name.to_string());
-        let mut b = Builder {
-            objects: &self.objects,
-            namespace_labels: &mut self.label_cache,
+        let mut b = self.builder();
+        let resolution = workload_object(b.objects, w.kind, &key)
+            .map(|(_, template)| b.workload(&w.namespace, w.kind, &w.name, template));
+        match resolution {
+            Some(resolution) => self.workloads.insert(w.clone(), resolution),
+            None => self.workloads.remove(w),
         };
-        match workload_object(b.objects, w.kind, &key) {
-            Some((_, template)) => {
-                let resolution = b.workload(&w.namespace, w.kind, &w.name, template);
-                self.workloads.insert(w.clone(), resolution);
-            }
-            None => {
-                self.workloads.remove(w);
-            }
-        }
     }
 
     /// Files (`add`) or unfiles the listed object `w` under its controller and, for a

@@ -47,24 +47,6 @@ pub struct ClusterChanges {
     pub cronjobs: Vec<Change<CronJob>>,
 }
 
-impl ClusterChanges {
-    /// Number of objects changed.
-    pub fn len(&self) -> usize {
-        self.namespaces.len()
-            + self.pods.len()
-            + self.replicasets.len()
-            + self.deployments.len()
-            + self.statefulsets.len()
-            + self.daemonsets.len()
-            + self.jobs.len()
-            + self.cronjobs.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 /// A workload kind and where [`Objects`] keeps its objects.
 trait WorkloadObject: Metadata<Ty = ObjectMeta> + Sized {
     const WORKLOAD: WorkloadKind;

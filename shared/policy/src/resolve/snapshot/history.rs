@@ -31,9 +31,7 @@ impl Holders {
     }
 
     pub(super) fn drop_member(&mut self, i: usize) {
-        if let Some(at) = self.members.iter().position(|&x| x == i) {
-            self.members.swap_remove(at);
-        }
+        super::index::drop_one(&mut self.members, &i);
     }
 
     pub(super) fn is_empty(&self) -> bool {

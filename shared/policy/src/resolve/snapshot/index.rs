@@ -43,8 +43,9 @@ pub(super) struct Unsettled {
     pub ips: HashSet<IpAddr>,
 }
 
-fn drop_one(list: &mut Vec<usize>, i: usize) {
-    if let Some(at) = list.iter().position(|&x| x == i) {
+/// Removes one `x` from an unordered list.
+pub(super) fn drop_one<T: PartialEq>(list: &mut Vec<T>, x: &T) {
+    if let Some(at) = list.iter().position(|y| y == x) {
         list.swap_remove(at);
     }
 }
@@ -153,7 +154,7 @@ impl ClusterSnapshot {
             && let Some(groups) = self.groups.get_mut(&entry.namespace)
         {
             if let Some(group) = groups.get_mut(prefix) {
-                drop_one(&mut group.members, i);
+                drop_one(&mut group.members, &i);
                 if group.members.is_empty() {
                     groups.remove(prefix);
                 } else {
@@ -181,7 +182,7 @@ impl ClusterSnapshot {
             && let Some(controller) = &entry.controller
             && let Some(dependents) = self.dependents.get_mut(controller)
         {
-            drop_one(&mut dependents.pods, i);
+            drop_one(&mut dependents.pods, &i);
             if dependents.is_empty() {
                 self.dependents.remove(controller);
             }
@@ -196,9 +197,7 @@ impl ClusterSnapshot {
             let dependents = self.dependents.entry(parent.clone()).or_default();
             dependents.workloads.push(child.clone());
         } else if let Some(dependents) = self.dependents.get_mut(parent) {
-            if let Some(at) = dependents.workloads.iter().position(|w| w == child) {
-                dependents.workloads.swap_remove(at);
-            }
+            drop_one(&mut dependents.workloads, child);
             if dependents.is_empty() {
                 self.dependents.remove(parent);
             }

@@ -436,9 +436,7 @@ impl ClusterSnapshot {
 
     /// The entry an index points at (indexes point at held entries only).
     fn pod(&self, i: usize) -> &PodEntry {
-        self.pods[i]
-            .as_ref()
-            .expect("the indexes point at held entries only")
+        index::held(&self.pods, i)
     }
 
     fn entries(&self) -> impl Iterator<Item = &PodEntry> {
