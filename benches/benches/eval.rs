@@ -1,5 +1,7 @@
-//! The evaluator's checks per flow (`ne_policy::eval::evaluate`): one flow against one
-//! policy, NetworkPolicy and Istio, for policies of 1, 10 and 100 rules.
+//! The evaluator's checks per flow: one flow against one policy, NetworkPolicy and Istio,
+//! for policies of 1 to 1 000 rules, scanned (`ne_policy::eval::evaluate`, as
+//! `ne-leader check` of one edge would) and compiled once per policy
+//! (`ne_policy::eval::Compiled`, as the controller's detection does; ids `*_compiled`).
 //!
 //! Policies are shaped as learned proposals are: one rule per peer, each naming the peer
 //! (pod + namespace selector, or SPIFFE principal) and one port. Flows come from pods:
@@ -24,7 +26,7 @@ use ne_crds::{
     IstioTo, PolicyDirection,
 };
 use ne_flow::flow::{Direction, Labels, Protocol, labels};
-use ne_policy::eval::{FlowView, PeerView, PolicyRef, evaluate};
+use ne_policy::eval::{Compiled, FlowView, PeerView, PolicyRef, evaluate};
 
 const FLOWS: usize = 256;
 const NAMESPACES: usize = 8;
@@ -143,7 +145,7 @@ impl Flow {
 fn check(c: &mut Criterion) {
     let mut group = c.benchmark_group("eval");
     group.throughput(Throughput::Elements(FLOWS as u64));
-    for rules in [1usize, 10, 100] {
+    for rules in [1usize, 10, 100, 1_000] {
         let np = netpol(rules);
         let ist = istio(rules);
         let policies = [
@@ -185,10 +187,29 @@ fn check(c: &mut Criterion) {
                         }
                     })
                 });
+                let compiled = Compiled::new(policy, "server-ns");
+                for f in flows {
+                    let view = f.view();
+                    assert_eq!(
+                        compiled.evaluate(&view),
+                        evaluate(policy, "server-ns", &view)
+                    );
+                }
+                let id = BenchmarkId::new(
+                    format!("{backend}_compiled/{case}"),
+                    format!("{rules}_rules"),
+                );
+                group.bench_with_input(id, flows, |b, flows| {
+                    b.iter(|| {
+                        for f in flows {
+                            black_box(compiled.evaluate(&f.view()).ok());
+                        }
+                    })
+                });
             }
         }
     }
-    for rules in [10usize, 100] {
+    for rules in [10usize, 100, 1_000] {
         let spec = ip_blocks(rules);
         let policy = PolicyRef {
             backend: Backend::Kubernetes,
@@ -214,6 +235,24 @@ fn check(c: &mut Criterion) {
             b.iter(|| {
                 for &ip in addresses {
                     black_box(evaluate(policy, "server-ns", &view(ip)).ok());
+                }
+            })
+        });
+        let compiled = Compiled::new(policy, "server-ns");
+        for &ip in &addresses {
+            assert_eq!(
+                compiled.evaluate(&view(ip)),
+                evaluate(policy, "server-ns", &view(ip))
+            );
+        }
+        let id = BenchmarkId::new(
+            "networkpolicy_ipblock_compiled/denied",
+            format!("{rules}_rules"),
+        );
+        group.bench_with_input(id, &addresses, |b, addresses| {
+            b.iter(|| {
+                for &ip in addresses {
+                    black_box(compiled.evaluate(&view(ip)).ok());
                 }
             })
         });

@@ -10,6 +10,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use ne_crds::{PolicyDirection, TargetKind, WorkloadNetworkPolicy};
 use ne_flow::edge::Edge;
@@ -50,7 +51,38 @@ impl Targeted for WorkloadNetworkPolicy {
 /// Policies by the workload and direction they target.
 #[derive(Debug)]
 pub struct Targets<'p, P> {
-    by_target: BTreeMap<TargetKey, &'p P>,
+    by_target: BTreeMap<TargetKey, Covered<'p, P>>,
+}
+
+/// A policy with its rules, compiled on first use for the checks of many edges
+/// ([`eval::Compiled`]: a policy of thousands of rules costs a check no more than one of a
+/// few).
+#[derive(Debug)]
+pub struct Covered<'p, P> {
+    pub policy: &'p P,
+    rules: OnceLock<eval::Compiled<'p>>,
+}
+
+impl<'p, P: Targeted> Covered<'p, P> {
+    fn new(policy: &'p P) -> Self {
+        Covered {
+            policy,
+            rules: OnceLock::new(),
+        }
+    }
+
+    /// What the policy decides about `edge`, its ends resolved.
+    pub fn decide(
+        &self,
+        edge: &Edge,
+        subject: &Resolution,
+        peer: &Resolution,
+    ) -> Result<Decision, EvalError> {
+        let rules = self
+            .rules
+            .get_or_init(|| eval::Compiled::new(self.policy.spec(), self.policy.namespace()));
+        rules.evaluate(&eval::flow_view(edge, subject, peer))
+    }
 }
 
 impl<'p, P: Targeted> Targets<'p, P> {
@@ -58,8 +90,8 @@ impl<'p, P: Targeted> Targets<'p, P> {
     pub fn new(policies: impl IntoIterator<Item = &'p P>) -> Result<Self, (&'p P, &'p P)> {
         let mut by_target = BTreeMap::new();
         for p in policies {
-            if let Some(other) = by_target.insert(p.target(), p) {
-                return Err((other, p));
+            if let Some(other) = by_target.insert(p.target(), Covered::new(p)) {
+                return Err((other.policy, p));
             }
         }
         Ok(Targets { by_target })
@@ -68,18 +100,21 @@ impl<'p, P: Targeted> Targets<'p, P> {
     /// Indexes `policies`; of two policies of one target, the later is kept.
     pub fn latest(policies: impl IntoIterator<Item = &'p P>) -> Self {
         Targets {
-            by_target: policies.into_iter().map(|p| (p.target(), p)).collect(),
+            by_target: policies
+                .into_iter()
+                .map(|p| (p.target(), Covered::new(p)))
+                .collect(),
         }
     }
 
     /// The policy for `key`, if any.
     pub fn get(&self, key: &TargetKey) -> Option<&'p P> {
-        self.by_target.get(key).copied()
+        self.by_target.get(key).map(|c| c.policy)
     }
 
     /// Every policy with its target.
     pub fn iter(&self) -> impl Iterator<Item = (&TargetKey, &'p P)> + '_ {
-        self.by_target.iter().map(|(k, p)| (k, *p))
+        self.by_target.iter().map(|(k, c)| (k, c.policy))
     }
 
     /// What `edge` concerns, its subject resolved by `resolver` as it was while `seen` (the
@@ -89,14 +124,14 @@ impl<'p, P: Targeted> Targets<'p, P> {
         edge: &Edge,
         seen: Seen,
         resolver: &'r dyn Resolver,
-    ) -> (Cow<'r, Resolution>, Target<'p, P>) {
+    ) -> (Cow<'r, Resolution>, Target<'_, 'p, P>) {
         let subject = resolver.resolve_shared(&edge.subject, seen);
         let target = match subject_workload(&subject) {
             None => Target::NotASubject,
             Some(owner) => {
                 let key = target_key(owner, edge.direction);
-                match self.get(&key) {
-                    Some(policy) => Target::Policy(key, policy),
+                match self.by_target.get(&key) {
+                    Some(covered) => Target::Policy(key, covered),
                     None => Target::Uncovered(key),
                 }
             }
@@ -107,24 +142,13 @@ impl<'p, P: Targeted> Targets<'p, P> {
 
 /// What an edge concerns.
 #[derive(Debug)]
-pub enum Target<'p, P> {
+pub enum Target<'t, 'p, P> {
     /// The subject is no Deployment, StatefulSet or DaemonSet, or its owner is not known.
     NotASubject,
     /// A subject workload no policy targets in the edge's direction.
     Uncovered(TargetKey),
     /// The policy that targets the subject in the edge's direction.
-    Policy(TargetKey, &'p P),
-}
-
-/// What `policy` decides about `edge`, its ends resolved.
-pub fn decide(
-    policy: &impl Targeted,
-    edge: &Edge,
-    subject: &Resolution,
-    peer: &Resolution,
-) -> Result<Decision, EvalError> {
-    let view = eval::flow_view(edge, subject, peer);
-    eval::evaluate(policy.spec(), policy.namespace(), &view)
+    Policy(TargetKey, &'t Covered<'p, P>),
 }
 
 /// The workload a resolved endpoint belongs to, when it can be a policy's subject.

@@ -27,9 +27,7 @@ use serde::Serialize;
 
 use super::report::{self, Table};
 use super::{FileReport, ingest, resolver};
-use crate::attribution::{
-    Target, TargetKey, Targeted, Targets, decide, subject_workload, workload_key,
-};
+use crate::attribution::{Target, TargetKey, Targeted, Targets, subject_workload, workload_key};
 use crate::cli::{CheckArgs, SummaryFormat};
 
 /// A policy read from a file: a wnp, or a proposal checked as if promoted to monitor.
@@ -156,7 +154,7 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
         if let Some(owner) = subject_workload(&subject) {
             seen.insert(workload_key(owner));
         }
-        let policy = match target {
+        let covered = match target {
             Target::NotASubject => {
                 unattributed_flows += snap.count;
                 if !matches!(&*subject, Resolution::Pod(p) if p.owner.is_some()) {
@@ -168,18 +166,20 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<CheckReport> {
                 unchecked_flows += snap.count;
                 continue;
             }
-            Target::Policy(key, policy) => {
+            Target::Policy(key, covered) => {
                 used.insert(key);
-                policy
+                covered
             }
         };
+        let policy = covered.policy;
         // Istio policies match peers by principal, which the record carries.
         if let (Resolution::Unresolved(why), Backend::Kubernetes) = (&*peer, policy.spec().backend)
         {
             *unresolved_peer_flows.entry(why.as_str()).or_default() += snap.count;
             continue;
         }
-        let decision = decide(policy, edge, &subject, &peer)
+        let decision = covered
+            .decide(edge, &subject, &peer)
             .with_context(|| format!("cannot evaluate {}/{}", policy.namespace, policy.name))?;
         let (reason, invalid_skipped) = match decision {
             Decision::Denied {

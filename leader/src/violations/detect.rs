@@ -28,7 +28,7 @@ use ne_policy::index::MergedEdge;
 use ne_policy::resolve::{Resolution, Resolver, Seen};
 
 use super::record::{Observation, UNKNOWN_PORT};
-use crate::attribution::{Target, Targets, decide};
+use crate::attribution::{Target, Targets};
 
 /// A policy's key: (`namespace`, `name`).
 pub type PolicyKey = (String, String);
@@ -251,17 +251,18 @@ pub fn detect(
     for m in traffic.edges {
         let edge = &m.edge;
         let seen = Seen::between(m.first_seen, m.last_seen);
-        let (subject, Target::Policy(_, policy)) = monitored.attribute(edge, seen, resolver) else {
+        let (subject, Target::Policy(_, covered)) = monitored.attribute(edge, seen, resolver)
+        else {
             continue;
         };
-        let key = key_of(policy);
+        let key = key_of(covered.policy);
         let peer = resolver.resolve_shared(&edge.peer, seen);
         // Istio policies match peers by principal, which the record carries.
         if let (Resolution::Unresolved(why), Backend::Kubernetes) = (&*peer, backend) {
             *detected.unresolved_peers.entry(why.as_str()).or_default() += 1;
             continue;
         }
-        let reason = match decide(policy, edge, &subject, &peer) {
+        let reason = match covered.decide(edge, &subject, &peer) {
             Ok(Decision::Denied { reason, .. }) => reason,
             Ok(_) => {
                 detected.allowed += 1;
@@ -287,9 +288,13 @@ pub fn detect(
             let reason = data_plane_reason(mode, m.edge.denied_by.as_deref());
             let o = observation(m, &subject, &peer, mode, reason);
             match target {
-                Target::Policy(_, policy) => {
-                    add(detected.observations.entry(key_of(policy)).or_default(), o)
-                }
+                Target::Policy(_, covered) => add(
+                    detected
+                        .observations
+                        .entry(key_of(covered.policy))
+                        .or_default(),
+                    o,
+                ),
                 Target::NotASubject | Target::Uncovered(_) => add(&mut unattributed, o),
             }
         }

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use super::Problem;
 
 /// A parsed CIDR block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Cidr {
     /// Network bits and prefix length (0..=32).
     V4(u32, u8),
@@ -38,23 +38,27 @@ impl Cidr {
     /// Whether `ip` lies in the block. An IPv4 block never contains an IPv6 address
     /// (other than a mapped IPv4 one), and the reverse.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
-        match (*self, ip) {
+        match (*self, Cidr::normalize(ip)) {
             (Cidr::V4(net, len), IpAddr::V4(a)) => u32::from(a) & mask32(len) == net,
             (Cidr::V6(net, len), IpAddr::V6(a)) => u128::from(a) & mask128(len) == net,
             _ => false,
         }
     }
+
+    /// `ip` as blocks compare it: an IPv4-mapped IPv6 address as its IPv4 address.
+    pub(super) fn normalize(ip: IpAddr) -> IpAddr {
+        match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        }
+    }
 }
 
-fn mask32(len: u8) -> u32 {
+pub(super) fn mask32(len: u8) -> u32 {
     u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
 }
 
-fn mask128(len: u8) -> u128 {
+pub(super) fn mask128(len: u8) -> u128 {
     u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)
 }
 

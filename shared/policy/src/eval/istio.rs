@@ -24,21 +24,41 @@ use ne_flow::flow::{Direction, Protocol};
 
 /// Evaluates `flow` against an ALLOW policy that selects the subject.
 pub fn evaluate(spec: &IstioAuthorizationPolicySpec, flow: &FlowView<'_>) -> Decision {
+    evaluate_rules(spec, flow, None)
+}
+
+/// [`evaluate`] over the rules numbered in `candidates` (ascending) only, or over every
+/// rule; as [`super::netpol::evaluate_rules`] does.
+pub(super) fn evaluate_rules(
+    spec: &IstioAuthorizationPolicySpec,
+    flow: &FlowView<'_>,
+    candidates: Option<&[u32]>,
+) -> Decision {
     if flow.direction != Direction::Ingress || flow.protocol != Protocol::Tcp {
         return Decision::NotRestricted;
     }
-    let identity = flow.peer_identity.filter(|id| !id.is_empty());
+    let identity = peer_identity(flow);
     let mut scan = Scan::default();
-    for (i, rule) in spec.rules.iter().enumerate() {
+    let hit = super::netpol::first(spec.rules.len(), candidates, |i| {
+        let rule = &spec.rules[i];
         if !from_matches(&rule.from, identity, &mut scan) {
-            continue;
+            return false;
         }
         if to_matches(&rule.to, flow.port, &mut scan) {
-            return Decision::Allowed { rule: i };
+            return true;
         }
         scan.peer_admitted = true;
+        false
+    });
+    match hit {
+        Some(rule) => Decision::Allowed { rule },
+        None => scan.denied(),
     }
-    scan.denied()
+}
+
+/// The flow's mesh identity, if it has one.
+pub(super) fn peer_identity<'a>(flow: &FlowView<'a>) -> Option<&'a str> {
+    flow.peer_identity.filter(|id| !id.is_empty())
 }
 
 fn from_matches(from: &[IstioFrom], identity: Option<&str>, scan: &mut Scan) -> bool {
@@ -68,6 +88,11 @@ pub fn principal_matches(pattern: &str, identity: Option<&str>) -> Result<bool, 
     } else {
         pattern == id
     })
+}
+
+/// Whether `pattern` is a valid principal matched exactly (no `*`, no `spiffe://`).
+pub(super) fn principal_is_exact(pattern: &str) -> bool {
+    !pattern.starts_with("spiffe://") && !pattern.starts_with('*') && !pattern.ends_with('*')
 }
 
 fn to_matches(to: &[IstioTo], port: u16, scan: &mut Scan) -> bool {

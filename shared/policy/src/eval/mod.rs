@@ -18,6 +18,7 @@
 //! every invalid part with its path, so the leader can put it in a condition.
 
 mod cidr;
+mod compiled;
 pub mod istio;
 pub mod netpol;
 pub mod peers;
@@ -33,6 +34,7 @@ use ne_crds::{
 use serde::Serialize;
 
 pub use cidr::Cidr;
+pub use compiled::Compiled;
 
 use crate::resolve::{NamedPort, Resolution, Resolver, Seen};
 use ne_flow::edge::Edge;

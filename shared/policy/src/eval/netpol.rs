@@ -27,6 +27,18 @@ use ne_flow::flow::{Direction, Protocol, Reserved};
 
 /// Evaluates `flow` against `spec`, a policy in `namespace` that selects the subject.
 pub fn evaluate(spec: &NetworkPolicySpec, namespace: &str, flow: &FlowView<'_>) -> Decision {
+    evaluate_rules(spec, namespace, flow, None)
+}
+
+/// [`evaluate`] over the rules numbered in `candidates` (ascending) only, or over every
+/// rule. A rule left out must be one that cannot match the flow without meeting an invalid
+/// part (see [`super::compiled`]), so the decision is the same.
+pub(super) fn evaluate_rules(
+    spec: &NetworkPolicySpec,
+    namespace: &str,
+    flow: &FlowView<'_>,
+    candidates: Option<&[u32]>,
+) -> Decision {
     if !restricts(spec, flow.direction) {
         return Decision::NotRestricted;
     }
@@ -47,17 +59,33 @@ pub fn evaluate(spec: &NetworkPolicySpec, namespace: &str, flow: &FlowView<'_>) 
     };
     let hit = match flow.direction {
         Direction::Ingress => {
-            let mut rules = spec.ingress.iter().flatten();
-            rules.position(|r| matches(r.from.as_deref(), r.ports.as_deref()))
+            let rules = spec.ingress.as_deref().unwrap_or_default();
+            first(rules.len(), candidates, |i| {
+                matches(rules[i].from.as_deref(), rules[i].ports.as_deref())
+            })
         }
         Direction::Egress => {
-            let mut rules = spec.egress.iter().flatten();
-            rules.position(|r| matches(r.to.as_deref(), r.ports.as_deref()))
+            let rules = spec.egress.as_deref().unwrap_or_default();
+            first(rules.len(), candidates, |i| {
+                matches(rules[i].to.as_deref(), rules[i].ports.as_deref())
+            })
         }
     };
     match hit {
         Some(rule) => Decision::Allowed { rule },
         None => scan.denied(),
+    }
+}
+
+/// The first rule number of `candidates` (or of `0..len`) that `matches`, in order.
+pub(super) fn first(
+    len: usize,
+    candidates: Option<&[u32]>,
+    mut matches: impl FnMut(usize) -> bool,
+) -> Option<usize> {
+    match candidates {
+        None => (0..len).find(|&i| matches(i)),
+        Some(c) => c.iter().map(|&i| i as usize).find(|&i| matches(i)),
     }
 }
 

@@ -1,0 +1,408 @@
+//! The compiled evaluator decides as the scanning one does, on policies that mix every
+//! kind of peer, valid and invalid, and on flows of every kind of peer.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use k8s_openapi::api::networking::v1::{
+    IPBlock, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
+    NetworkPolicyPort, NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use ne_crds::{
+    Backend, IstioAuthorizationPolicySpec, IstioFrom, IstioOperation, IstioRule, IstioSource,
+    IstioTo, PolicyDirection,
+};
+use ne_flow::flow::{Direction, Labels, Protocol, Reserved, labels};
+use proptest::prelude::*;
+
+use super::Compiled;
+use crate::eval::{Decision, FlowView, PeerView, PolicyRef, evaluate};
+use crate::resolve::NamedPort;
+
+const NAMESPACE: &str = "default";
+
+fn pick<T: Clone + std::fmt::Debug + 'static>(items: &'static [T]) -> impl Strategy<Value = T> {
+    proptest::sample::select(items)
+}
+
+const CIDRS: &[&str] = &[
+    "10.0.0.0/8",
+    "10.1.0.0/16",
+    "10.1.2.3/32",
+    "10.1.2.4/32",
+    "0.0.0.0/0",
+    "2001:db8::/32",
+    "2001:db8::7/128",
+    "::ffff:10.1.2.3/128",
+    "bad",
+    "10.0.0.0/33",
+];
+const PAIRS: &[(&str, &str)] = &[
+    ("app", "a"),
+    ("app", "b"),
+    ("tier", "x"),
+    ("kubernetes.io/metadata.name", "default"),
+    ("kubernetes.io/metadata.name", "other"),
+    ("team", "z"),
+];
+
+fn selector() -> impl Strategy<Value = LabelSelector> {
+    const REQUIREMENTS: &[(&str, &str, &[&str])] = &[
+        ("app", "In", &["a"]),
+        ("tier", "NotIn", &["x"]),
+        ("app", "Exists", &[]),
+        ("app", "Bogus", &[]),
+        ("app", "In", &[]),
+    ];
+    let requirement =
+        pick(REQUIREMENTS).prop_map(|(key, operator, values)| LabelSelectorRequirement {
+            key: key.to_owned(),
+            operator: operator.to_owned(),
+            values: Some(values.iter().map(|v| (*v).to_owned()).collect()),
+        });
+    (
+        proptest::collection::vec(pick(PAIRS), 0..3),
+        proptest::option::of(requirement),
+    )
+        .prop_map(|(pairs, requirement)| LabelSelector {
+            match_labels: (!pairs.is_empty()).then(|| {
+                let map: BTreeMap<String, String> = pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect();
+                map
+            }),
+            match_expressions: requirement.map(|r| vec![r]),
+        })
+}
+
+fn block() -> impl Strategy<Value = IPBlock> {
+    const EXCEPTS: &[Option<&str>] = &[None, Some("10.1.0.0/16"), Some("bad")];
+    (pick(CIDRS), pick(EXCEPTS)).prop_map(|(cidr, except)| IPBlock {
+        cidr: cidr.to_owned(),
+        except: except.map(|e| vec![e.to_owned()]),
+    })
+}
+
+fn peer() -> impl Strategy<Value = NetworkPolicyPeer> {
+    prop_oneof![
+        3 => block().prop_map(|b| NetworkPolicyPeer { ip_block: Some(b), ..Default::default() }),
+        3 => (proptest::option::of(selector()), proptest::option::of(selector())).prop_map(
+            |(ns, pod)| NetworkPolicyPeer {
+                namespace_selector: ns,
+                pod_selector: pod,
+                ip_block: None,
+            }
+        ),
+        1 => (block(), selector()).prop_map(|(b, s)| NetworkPolicyPeer {
+            ip_block: Some(b),
+            pod_selector: Some(s),
+            namespace_selector: None,
+        }),
+    ]
+}
+
+fn port() -> impl Strategy<Value = NetworkPolicyPort> {
+    let port = |protocol: Option<&str>, port: Option<IntOrString>, end_port: Option<i32>| {
+        NetworkPolicyPort {
+            protocol: protocol.map(str::to_owned),
+            port,
+            end_port,
+        }
+    };
+    prop_oneof![
+        Just(port(None, Some(IntOrString::Int(80)), None)),
+        Just(port(Some("UDP"), Some(IntOrString::Int(80)), None)),
+        Just(port(Some("TCP"), Some(IntOrString::Int(443)), None)),
+        Just(port(None, Some(IntOrString::Int(80)), Some(90))),
+        Just(port(None, Some(IntOrString::String("http".into())), None)),
+        Just(port(Some("ICMP"), Some(IntOrString::Int(80)), None)),
+        Just(port(None, Some(IntOrString::Int(0)), None)),
+    ]
+}
+
+type Rule = (
+    Option<Vec<NetworkPolicyPeer>>,
+    Option<Vec<NetworkPolicyPort>>,
+);
+
+fn rules() -> impl Strategy<Value = Vec<Rule>> {
+    let peers = prop_oneof![
+        1 => Just(None),
+        1 => Just(Some(Vec::new())),
+        6 => proptest::collection::vec(peer(), 1..3).prop_map(Some),
+    ];
+    let ports = proptest::option::of(proptest::collection::vec(port(), 0..3));
+    proptest::collection::vec((peers, ports), 0..8)
+}
+
+fn network_policy() -> impl Strategy<Value = (PolicyDirection, NetworkPolicySpec)> {
+    const TYPES: &[&[&str]] = &[&["Ingress"], &["Egress"], &["Ingress", "Egress"]];
+    (
+        pick(&[PolicyDirection::Ingress, PolicyDirection::Egress]),
+        proptest::option::of(pick(TYPES)),
+        rules(),
+        rules(),
+    )
+        .prop_map(|(direction, types, ingress, egress)| {
+            let spec = NetworkPolicySpec {
+                policy_types: types.map(|t| t.iter().map(|t| (*t).to_owned()).collect()),
+                ingress: Some(
+                    ingress
+                        .into_iter()
+                        .map(|(from, ports)| NetworkPolicyIngressRule { from, ports })
+                        .collect(),
+                ),
+                egress: Some(
+                    egress
+                        .into_iter()
+                        .map(|(to, ports)| NetworkPolicyEgressRule { to, ports })
+                        .collect(),
+                ),
+                ..Default::default()
+            };
+            (direction, spec)
+        })
+}
+
+/// A flow's peer, owned.
+#[derive(Clone, Debug)]
+enum Peer {
+    Pod {
+        namespace: &'static str,
+        labels: Labels,
+        namespace_labels: Labels,
+    },
+    External,
+    Reserved(Reserved),
+    Unknown,
+}
+
+#[derive(Clone, Debug)]
+struct Flow {
+    direction: Direction,
+    peer: Peer,
+    ip: Option<IpAddr>,
+    identity: Option<&'static str>,
+    protocol: Protocol,
+    port: u16,
+    named_ports: Vec<NamedPort>,
+}
+
+impl Flow {
+    fn view(&self) -> FlowView<'_> {
+        FlowView {
+            direction: self.direction,
+            peer: match &self.peer {
+                Peer::Pod {
+                    namespace,
+                    labels,
+                    namespace_labels,
+                } => PeerView::Pod {
+                    namespace,
+                    labels,
+                    namespace_labels,
+                },
+                Peer::External => PeerView::External,
+                Peer::Reserved(r) => PeerView::Reserved(*r),
+                Peer::Unknown => PeerView::Unknown,
+            },
+            peer_ip: self.ip,
+            peer_identity: self.identity,
+            protocol: self.protocol,
+            port: self.port,
+            named_ports: &self.named_ports,
+        }
+    }
+}
+
+const PRINCIPALS: &[&str] = &[
+    "cluster.local/ns/a/sa/x",
+    "cluster.local/ns/b/sa/y",
+    "*",
+    "cluster.local/ns/a/*",
+    "*/sa/y",
+    "spiffe://cluster.local/ns/a/sa/x",
+    "",
+];
+
+fn flow() -> impl Strategy<Value = Flow> {
+    let pod = (
+        pick(&["default", "other"]),
+        proptest::collection::vec(pick(PAIRS), 0..3),
+        any::<bool>(),
+    )
+        .prop_map(|(namespace, pod_labels, team)| {
+            let mut ns_labels = vec![("kubernetes.io/metadata.name", namespace)];
+            if team {
+                ns_labels.push(("team", "z"));
+            }
+            Peer::Pod {
+                namespace,
+                labels: labels(pod_labels),
+                namespace_labels: labels(ns_labels),
+            }
+        });
+    let peer = prop_oneof![
+        3 => pod,
+        2 => Just(Peer::External),
+        1 => pick(&[Reserved::Host, Reserved::World]).prop_map(Peer::Reserved),
+        1 => Just(Peer::Unknown),
+    ];
+    let ip = proptest::option::of(pick(&[
+        "10.1.2.3",
+        "10.1.9.9",
+        "10.200.0.1",
+        "192.168.0.1",
+        "2001:db8::7",
+        "2001:db9::1",
+        "::ffff:10.1.2.3",
+    ]));
+    (
+        pick(&[Direction::Ingress, Direction::Egress]),
+        peer,
+        ip,
+        proptest::option::of(pick(PRINCIPALS)),
+        pick(&[Protocol::Tcp, Protocol::Udp]),
+        pick(&[80u16, 85, 443]),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(direction, peer, ip, identity, protocol, port, named)| Flow {
+                direction,
+                peer,
+                ip: ip.map(|ip| ip.parse().unwrap()),
+                identity,
+                protocol,
+                port,
+                named_ports: if named {
+                    vec![NamedPort {
+                        name: "http".into(),
+                        protocol: Protocol::Tcp,
+                        port: 80,
+                    }]
+                } else {
+                    Vec::new()
+                },
+            },
+        )
+}
+
+fn istio_policy() -> impl Strategy<Value = IstioAuthorizationPolicySpec> {
+    let source =
+        proptest::collection::vec(pick(PRINCIPALS), 0..3).prop_map(|principals| IstioFrom {
+            source: IstioSource {
+                principals: principals.into_iter().map(str::to_owned).collect(),
+            },
+        });
+    let to =
+        proptest::collection::vec(pick(&["80", "80-90", "bad", "443"]), 0..3).prop_map(|ports| {
+            IstioTo {
+                operation: IstioOperation {
+                    ports: ports.into_iter().map(str::to_owned).collect(),
+                },
+            }
+        });
+    let rule = (
+        proptest::collection::vec(source, 0..3),
+        proptest::collection::vec(to, 0..2),
+    )
+        .prop_map(|(from, to)| IstioRule { from, to });
+    proptest::collection::vec(rule, 0..6).prop_map(|rules| IstioAuthorizationPolicySpec {
+        selector: LabelSelector::default(),
+        rules,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    #[test]
+    fn network_policies_decide_as_scanned(
+        (direction, spec) in network_policy(),
+        flows in proptest::collection::vec(flow(), 1..8),
+    ) {
+        let policy = PolicyRef {
+            backend: Backend::Kubernetes,
+            kubernetes: Some(&spec),
+            istio: None,
+            direction,
+        };
+        let compiled = Compiled::new(policy, NAMESPACE);
+        for f in &flows {
+            let view = f.view();
+            prop_assert_eq!(compiled.evaluate(&view), evaluate(policy, NAMESPACE, &view), "{:?}", f);
+        }
+    }
+
+    #[test]
+    fn istio_policies_decide_as_scanned(
+        spec in istio_policy(),
+        flows in proptest::collection::vec(flow(), 1..8),
+    ) {
+        let policy = PolicyRef {
+            backend: Backend::Istio,
+            kubernetes: None,
+            istio: Some(&spec),
+            direction: PolicyDirection::Ingress,
+        };
+        let compiled = Compiled::new(policy, NAMESPACE);
+        for f in &flows {
+            let view = f.view();
+            prop_assert_eq!(compiled.evaluate(&view), evaluate(policy, NAMESPACE, &view), "{:?}", f);
+        }
+    }
+}
+
+/// A learned proposal's shape: one rule per external peer. The compiled policy finds the
+/// one rule of the flow's address among many, and denies an address it does not name.
+#[test]
+fn a_rule_per_address_is_found_by_address() {
+    let rule = |i: u32| NetworkPolicyEgressRule {
+        to: Some(vec![NetworkPolicyPeer {
+            ip_block: Some(IPBlock {
+                cidr: format!("{}/32", std::net::Ipv4Addr::from(0x0a00_0000 + i)),
+                except: None,
+            }),
+            ..Default::default()
+        }]),
+        ports: None,
+    };
+    let spec = NetworkPolicySpec {
+        policy_types: Some(vec!["Egress".into()]),
+        egress: Some((0..10_000).map(rule).collect()),
+        ..Default::default()
+    };
+    let policy = PolicyRef {
+        backend: Backend::Kubernetes,
+        kubernetes: Some(&spec),
+        istio: None,
+        direction: PolicyDirection::Egress,
+    };
+    let compiled = Compiled::new(policy, NAMESPACE);
+    let to = |ip: &str| Flow {
+        direction: Direction::Egress,
+        peer: Peer::External,
+        ip: Some(ip.parse().unwrap()),
+        identity: None,
+        protocol: Protocol::Tcp,
+        port: 443,
+        named_ports: Vec::new(),
+    };
+    let found = to("10.0.26.255");
+    assert_eq!(
+        compiled.evaluate(&found.view()),
+        Ok(Decision::Allowed { rule: 0x1aff })
+    );
+    let missing = to("10.1.0.0");
+    assert_eq!(
+        compiled.evaluate(&missing.view()),
+        evaluate(policy, NAMESPACE, &missing.view())
+    );
+    assert!(matches!(
+        compiled.evaluate(&missing.view()),
+        Ok(Decision::Denied { .. })
+    ));
+}
