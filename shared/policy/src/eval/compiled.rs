@@ -37,8 +37,14 @@ use super::{Decision, EvalError, FlowView, PeerView, PolicyRef, netpol, same_dir
 pub struct Compiled<'a> {
     policy: PolicyRef<'a>,
     namespace: &'a str,
-    rules: Rules<'a>,
+    /// `None`: a policy of fewer than [`FILED_FROM`] rules, scanned.
+    rules: Option<Rules<'a>>,
 }
+
+/// The fewest rules worth filing: gathering the candidates of a check costs a few hash
+/// lookups and an allocation, twice a scan of one rule and less than a scan of ten (the
+/// `eval` bench).
+const FILED_FROM: usize = 8;
 
 /// Rule numbers (in the policy direction's rule list) by what a flow needs to match them.
 #[derive(Debug, Default)]
@@ -71,30 +77,22 @@ enum Key<'a> {
 impl<'a> Compiled<'a> {
     /// Files the rules of `policy`, a policy living in `namespace` (its subject's).
     pub fn new(policy: PolicyRef<'a>, namespace: &'a str) -> Self {
-        let mut rules = Rules::default();
-        match (policy.backend, policy.kubernetes, policy.istio) {
-            (Backend::Kubernetes, Some(spec), _) => {
-                for (i, peers) in peer_lists(spec, policy.direction).into_iter().enumerate() {
-                    let keys = peers.unwrap_or_default().iter().map(peer_key).collect();
-                    rules.file(i, keys);
+        let keys: Vec<Vec<Option<Key<'a>>>> =
+            match (policy.backend, policy.kubernetes, policy.istio) {
+                (Backend::Kubernetes, Some(spec), _) => peer_lists(spec, policy.direction)
+                    .into_iter()
+                    .map(|peers| peers.unwrap_or_default().iter().map(peer_key).collect())
+                    .collect(),
+                (Backend::Istio, _, Some(spec)) => {
+                    spec.rules.iter().map(|r| principal_keys(&r.from)).collect()
                 }
-            }
-            (Backend::Istio, _, Some(spec)) => {
-                for (i, rule) in spec.rules.iter().enumerate() {
-                    rules.file(i, principal_keys(&rule.from));
-                }
-            }
-            // Evaluation fails on the missing payload before any rule is looked at.
-            _ => {}
-        }
-        rules.v4_lens.sort_unstable();
-        rules.v4_lens.dedup();
-        rules.v6_lens.sort_unstable();
-        rules.v6_lens.dedup();
+                // Evaluation fails on the missing payload before any rule is looked at.
+                _ => Vec::new(),
+            };
         Compiled {
             policy,
             namespace,
-            rules,
+            rules: (keys.len() >= FILED_FROM).then(|| Rules::filed(keys)),
         }
     }
 
@@ -109,20 +107,23 @@ impl<'a> Compiled<'a> {
                 let spec = policy
                     .kubernetes
                     .ok_or(EvalError::MissingPayload(Backend::Kubernetes))?;
-                let candidates = self.rules.for_netpol(self.namespace, flow);
+                let candidates = self
+                    .rules
+                    .as_ref()
+                    .map(|r| r.for_netpol(self.namespace, flow));
                 Ok(netpol::evaluate_rules(
                     spec,
                     self.namespace,
                     flow,
-                    Some(&candidates),
+                    candidates.as_deref(),
                 ))
             }
             Backend::Istio => {
                 let spec = policy
                     .istio
                     .ok_or(EvalError::MissingPayload(Backend::Istio))?;
-                let candidates = self.rules.for_istio(flow);
-                Ok(istio::evaluate_rules(spec, flow, Some(&candidates)))
+                let candidates = self.rules.as_ref().map(|r| r.for_istio(flow));
+                Ok(istio::evaluate_rules(spec, flow, candidates.as_deref()))
             }
         }
     }
@@ -205,6 +206,19 @@ fn principal_keys(from: &[ne_crds::IstioFrom]) -> Vec<Option<Key<'_>>> {
 }
 
 impl<'a> Rules<'a> {
+    /// Files every rule by the keys of its peers (`keys[i]`: rule `i`'s).
+    fn filed(keys: Vec<Vec<Option<Key<'a>>>>) -> Self {
+        let mut rules = Rules::default();
+        for (i, keys) in keys.into_iter().enumerate() {
+            rules.file(i, keys);
+        }
+        for lens in [&mut rules.v4_lens, &mut rules.v6_lens] {
+            lens.sort_unstable();
+            lens.dedup();
+        }
+        rules
+    }
+
     /// Files rule `i` under every key of its peers, or scans it when a peer has none (or
     /// it has no peers: it matches every flow).
     fn file(&mut self, i: usize, keys: Vec<Option<Key<'a>>>) {

@@ -27,6 +27,16 @@ fn pick<T: Clone + std::fmt::Debug + 'static>(items: &'static [T]) -> impl Strat
     proptest::sample::select(items)
 }
 
+/// Mostly one of `common`, now and then one of `rare`: policies of many rules in which an
+/// invalid part, or a rule matching every peer, is met only sometimes (a part met on every
+/// check would hide a rule wrongly left out).
+fn rarely<T: Clone + std::fmt::Debug + 'static>(
+    common: &'static [T],
+    rare: &'static [T],
+) -> impl Strategy<Value = T> {
+    prop_oneof![40 => pick(common), 1 => pick(rare)]
+}
+
 const CIDRS: &[&str] = &[
     "10.0.0.0/8",
     "10.1.0.0/16",
@@ -36,9 +46,8 @@ const CIDRS: &[&str] = &[
     "2001:db8::/32",
     "2001:db8::7/128",
     "::ffff:10.1.2.3/128",
-    "bad",
-    "10.0.0.0/33",
 ];
+const BAD_CIDRS: &[&str] = &["bad", "10.0.0.0/33"];
 const PAIRS: &[(&str, &str)] = &[
     ("app", "a"),
     ("app", "b"),
@@ -53,15 +62,15 @@ fn selector() -> impl Strategy<Value = LabelSelector> {
         ("app", "In", &["a"]),
         ("tier", "NotIn", &["x"]),
         ("app", "Exists", &[]),
-        ("app", "Bogus", &[]),
-        ("app", "In", &[]),
     ];
-    let requirement =
-        pick(REQUIREMENTS).prop_map(|(key, operator, values)| LabelSelectorRequirement {
+    const BAD_REQUIREMENTS: &[(&str, &str, &[&str])] = &[("app", "Bogus", &[]), ("app", "In", &[])];
+    let requirement = rarely(REQUIREMENTS, BAD_REQUIREMENTS).prop_map(|(key, operator, values)| {
+        LabelSelectorRequirement {
             key: key.to_owned(),
             operator: operator.to_owned(),
             values: Some(values.iter().map(|v| (*v).to_owned()).collect()),
-        });
+        }
+    });
     (
         proptest::collection::vec(pick(PAIRS), 0..3),
         proptest::option::of(requirement),
@@ -79,8 +88,8 @@ fn selector() -> impl Strategy<Value = LabelSelector> {
 }
 
 fn block() -> impl Strategy<Value = IPBlock> {
-    const EXCEPTS: &[Option<&str>] = &[None, Some("10.1.0.0/16"), Some("bad")];
-    (pick(CIDRS), pick(EXCEPTS)).prop_map(|(cidr, except)| IPBlock {
+    const EXCEPTS: &[Option<&str>] = &[None, Some("10.1.0.0/16")];
+    (rarely(CIDRS, BAD_CIDRS), rarely(EXCEPTS, &[Some("bad")])).prop_map(|(cidr, except)| IPBlock {
         cidr: cidr.to_owned(),
         except: except.map(|e| vec![e.to_owned()]),
     })
@@ -88,14 +97,17 @@ fn block() -> impl Strategy<Value = IPBlock> {
 
 fn peer() -> impl Strategy<Value = NetworkPolicyPeer> {
     prop_oneof![
-        3 => block().prop_map(|b| NetworkPolicyPeer { ip_block: Some(b), ..Default::default() }),
-        3 => (proptest::option::of(selector()), proptest::option::of(selector())).prop_map(
-            |(ns, pod)| NetworkPolicyPeer {
-                namespace_selector: ns,
-                pod_selector: pod,
-                ip_block: None,
-            }
-        ),
+        30 => block().prop_map(|b| NetworkPolicyPeer { ip_block: Some(b), ..Default::default() }),
+        10 => selector().prop_map(|s| NetworkPolicyPeer { namespace_selector: Some(s), ..Default::default() }),
+        10 => selector().prop_map(|s| NetworkPolicyPeer { pod_selector: Some(s), ..Default::default() }),
+        10 => (selector(), selector()).prop_map(|(ns, pod)| NetworkPolicyPeer {
+            namespace_selector: Some(ns),
+            pod_selector: Some(pod),
+            ip_block: None,
+        }),
+        // Invalid: nothing set.
+        1 => Just(NetworkPolicyPeer::default()),
+        // Invalid: a block and a selector.
         1 => (block(), selector()).prop_map(|(b, s)| NetworkPolicyPeer {
             ip_block: Some(b),
             pod_selector: Some(s),
@@ -113,13 +125,13 @@ fn port() -> impl Strategy<Value = NetworkPolicyPort> {
         }
     };
     prop_oneof![
-        Just(port(None, Some(IntOrString::Int(80)), None)),
-        Just(port(Some("UDP"), Some(IntOrString::Int(80)), None)),
-        Just(port(Some("TCP"), Some(IntOrString::Int(443)), None)),
-        Just(port(None, Some(IntOrString::Int(80)), Some(90))),
-        Just(port(None, Some(IntOrString::String("http".into())), None)),
-        Just(port(Some("ICMP"), Some(IntOrString::Int(80)), None)),
-        Just(port(None, Some(IntOrString::Int(0)), None)),
+        10 => Just(port(None, Some(IntOrString::Int(80)), None)),
+        10 => Just(port(Some("UDP"), Some(IntOrString::Int(80)), None)),
+        10 => Just(port(Some("TCP"), Some(IntOrString::Int(443)), None)),
+        10 => Just(port(None, Some(IntOrString::Int(80)), Some(90))),
+        10 => Just(port(None, Some(IntOrString::String("http".into())), None)),
+        1 => Just(port(Some("ICMP"), Some(IntOrString::Int(80)), None)),
+        1 => Just(port(None, Some(IntOrString::Int(0)), None)),
     ]
 }
 
@@ -132,10 +144,10 @@ fn rules() -> impl Strategy<Value = Vec<Rule>> {
     let peers = prop_oneof![
         1 => Just(None),
         1 => Just(Some(Vec::new())),
-        6 => proptest::collection::vec(peer(), 1..3).prop_map(Some),
+        60 => proptest::collection::vec(peer(), 1..3).prop_map(Some),
     ];
     let ports = proptest::option::of(proptest::collection::vec(port(), 0..3));
-    proptest::collection::vec((peers, ports), 0..8)
+    proptest::collection::vec((peers, ports), 0..20)
 }
 
 fn network_policy() -> impl Strategy<Value = (PolicyDirection, NetworkPolicySpec)> {
@@ -221,11 +233,15 @@ impl Flow {
 const PRINCIPALS: &[&str] = &[
     "cluster.local/ns/a/sa/x",
     "cluster.local/ns/b/sa/y",
+    "cluster.local/ns/c/sa/z",
+    "",
+];
+/// Patterns, and a principal that never matches.
+const PRINCIPAL_PATTERNS: &[&str] = &[
     "*",
     "cluster.local/ns/a/*",
     "*/sa/y",
     "spiffe://cluster.local/ns/a/sa/x",
-    "",
 ];
 
 fn flow() -> impl Strategy<Value = Flow> {
@@ -264,7 +280,7 @@ fn flow() -> impl Strategy<Value = Flow> {
         pick(&[Direction::Ingress, Direction::Egress]),
         peer,
         ip,
-        proptest::option::of(pick(PRINCIPALS)),
+        proptest::option::of(prop_oneof![pick(PRINCIPALS), pick(PRINCIPAL_PATTERNS)]),
         pick(&[Protocol::Tcp, Protocol::Udp]),
         pick(&[80u16, 85, 443]),
         any::<bool>(),
@@ -291,26 +307,29 @@ fn flow() -> impl Strategy<Value = Flow> {
 }
 
 fn istio_policy() -> impl Strategy<Value = IstioAuthorizationPolicySpec> {
-    let source =
-        proptest::collection::vec(pick(PRINCIPALS), 0..3).prop_map(|principals| IstioFrom {
-            source: IstioSource {
-                principals: principals.into_iter().map(str::to_owned).collect(),
+    let principals = prop_oneof![
+        40 => proptest::collection::vec(rarely(PRINCIPALS, PRINCIPAL_PATTERNS), 1..3),
+        // Any source.
+        1 => Just(Vec::new()),
+    ];
+    let source = principals.prop_map(|principals| IstioFrom {
+        source: IstioSource {
+            principals: principals.into_iter().map(str::to_owned).collect(),
+        },
+    });
+    let to = proptest::collection::vec(rarely(&["80", "80-90", "443"], &["bad"]), 0..3).prop_map(
+        |ports| IstioTo {
+            operation: IstioOperation {
+                ports: ports.into_iter().map(str::to_owned).collect(),
             },
-        });
-    let to =
-        proptest::collection::vec(pick(&["80", "80-90", "bad", "443"]), 0..3).prop_map(|ports| {
-            IstioTo {
-                operation: IstioOperation {
-                    ports: ports.into_iter().map(str::to_owned).collect(),
-                },
-            }
-        });
+        },
+    );
     let rule = (
-        proptest::collection::vec(source, 0..3),
+        prop_oneof![40 => proptest::collection::vec(source, 1..3), 1 => Just(Vec::new())],
         proptest::collection::vec(to, 0..2),
     )
         .prop_map(|(from, to)| IstioRule { from, to });
-    proptest::collection::vec(rule, 0..6).prop_map(|rules| IstioAuthorizationPolicySpec {
+    proptest::collection::vec(rule, 0..20).prop_map(|rules| IstioAuthorizationPolicySpec {
         selector: LabelSelector::default(),
         rules,
     })
