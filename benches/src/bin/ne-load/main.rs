@@ -14,6 +14,7 @@
 //! `central`, module `roles`), so one command builds and runs everything.
 
 mod control;
+mod fleet;
 mod hubble;
 mod procfs;
 mod report;
@@ -58,6 +59,16 @@ enum Role {
         #[command(flatten)]
         args: roles::RoleArgs,
     },
+    /// Simulated node agents (`--mode fleet`): the agent's shipper over synthetic tables.
+    #[command(hide = true)]
+    Fleet {
+        #[arg(long)]
+        leader: String,
+        #[command(flatten)]
+        load: fleet::FleetLoad,
+        #[command(flatten)]
+        args: roles::RoleArgs,
+    },
     /// One process reading every node's raw flows.
     #[command(hide = true)]
     Central {
@@ -83,6 +94,10 @@ fn child(future: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()>
 /// Runs the modes asked for ([`run`]) and prints the results ([`report`]).
 fn load(args: &LoadArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.agents >= 1, "--agents must be at least 1");
+    anyhow::ensure!(
+        args.fleet_processes >= 1 && args.fleet_processes <= args.agents,
+        "--fleet-processes must be between 1 and --agents"
+    );
     anyhow::ensure!(
         args.rate == 0.0 || args.churn <= args.rate,
         "--churn must not exceed --rate"
@@ -124,6 +139,7 @@ fn main() -> ExitCode {
             args,
         }) => child(roles::agent(socket, leader, id, args)),
         Some(Role::Leader { args }) => child(roles::leader(args)),
+        Some(Role::Fleet { leader, load, args }) => child(fleet::fleet(leader, load, args)),
         Some(Role::Central { socket, args }) => child(roles::central(socket, args)),
         None => load(&cli.load),
     };

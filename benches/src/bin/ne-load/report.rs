@@ -132,6 +132,39 @@ pub fn mode(args: &LoadArgs, mode: Mode, r: &ModeResult) {
             writes(&r.leader);
             println!("  edges: {}", r.leader.after.edges);
         }
+        Mode::Fleet => {
+            let flows: u64 = r.agents.iter().map(|a| delta(a, |x| x.flows)).sum();
+            let received = delta(&r.leader, |x| x.batch_edges);
+            println!(
+                "== fleet: {} simulated agents ({} processes) × {} flows/s, {} new edges/s each, into one leader ==",
+                args.agents, args.fleet_processes, args.rate, args.churn
+            );
+            for (i, a) in r.agents.iter().enumerate() {
+                process(&format!("fleet process {i}"), a, w, delta(a, |x| x.flows));
+            }
+            process("leader", &r.leader, w, flows);
+            println!(
+                "  leader received: {:.0} batches/s, {:.0} edges/s, {:.0} B/s",
+                delta(&r.leader, |x| x.batches) as f64 / w,
+                received as f64 / w,
+                delta(&r.leader, |x| x.batch_bytes) as f64 / w
+            );
+            latency(
+                "flow → leader index (new edges)",
+                r.leader.last.flow_to_index,
+            );
+            latency(
+                "flow → violation record (monitor mode, new records)",
+                r.leader.last.flow_to_violation,
+            );
+            writes(&r.leader);
+            println!(
+                "  edges: leader index {}, simulated agents' tables {}, dropped (table full) {}",
+                r.leader.after.edges,
+                r.agents.iter().map(|a| a.after.edges).sum::<u64>(),
+                r.agents.iter().map(|a| a.after.table_full).sum::<u64>(),
+            );
+        }
         _ => {
             let flows: u64 = r.agents.iter().map(|a| delta(a, |x| x.flows)).sum();
             let cpu: f64 = r.agents.iter().map(|a| a.cpu_seconds).sum();

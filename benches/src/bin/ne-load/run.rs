@@ -30,6 +30,9 @@ pub enum Mode {
     Central,
     /// Both, one after the other, and their ratios.
     Both,
+    /// `--agents` simulated agents (the agent's shipper over synthetic tables, in
+    /// `--fleet-processes` processes) into one leader: a cluster larger than the machine.
+    Fleet,
 }
 
 /// The harness's options (the defaults finish in under a minute).
@@ -71,6 +74,12 @@ pub struct LoadArgs {
     /// Designs to run.
     #[arg(long, value_enum, default_value_t = Mode::Both)]
     pub mode: Mode,
+    /// Processes the simulated agents of `--mode fleet` are spread over.
+    #[arg(long, default_value_t = 2)]
+    pub fleet_processes: usize,
+    /// Steady edges per simulated agent (`--mode fleet`), each changed every flush.
+    #[arg(long, default_value_t = 100)]
+    pub steady_edges: usize,
     #[command(flatten)]
     pub role: RoleArgs,
 }
@@ -193,7 +202,8 @@ pub fn run_mode(args: &LoadArgs, mode: Mode, dir: &Path) -> anyhow::Result<ModeR
     };
     let mut servers = Vec::new();
     let mut sockets: Vec<PathBuf> = Vec::new();
-    for i in 0..args.agents {
+    let hubble_agents = if mode == Mode::Fleet { 0 } else { args.agents };
+    for i in 0..hubble_agents {
         let hubble = LoadHubble::new(Stream {
             config: config.clone(),
             seed: args.seed ^ (0x9e37_79b9 * (i as u64 + 1)),
@@ -220,6 +230,36 @@ pub fn run_mode(args: &LoadArgs, mode: Mode, dir: &Path) -> anyhow::Result<ModeR
         a.extend(role.iter().cloned());
         let (leader, ready) = Proc::spawn("leader", &a)?;
         let port = ready.port.context("the leader sent no port")?;
+        if mode == Mode::Fleet {
+            let (per, extra) = (
+                args.agents / args.fleet_processes,
+                args.agents % args.fleet_processes,
+            );
+            let mut first = 0;
+            for p in 0..args.fleet_processes {
+                let count = per + usize::from(p < extra);
+                let mut a = vec![
+                    "fleet".to_owned(),
+                    "--leader".to_owned(),
+                    format!("127.0.0.1:{port}"),
+                    "--first".to_owned(),
+                    first.to_string(),
+                    "--count".to_owned(),
+                    count.to_string(),
+                    "--rate".to_owned(),
+                    args.rate.to_string(),
+                    "--churn".to_owned(),
+                    args.churn.to_string(),
+                    "--steady-edges".to_owned(),
+                    args.steady_edges.to_string(),
+                    "--workloads".to_owned(),
+                    args.workloads.to_string(),
+                ];
+                a.extend(role.iter().cloned());
+                agents.push(Proc::spawn(&format!("fleet {p}"), &a)?.0);
+                first += count;
+            }
+        }
         for (i, socket) in sockets.iter().enumerate() {
             let mut a = vec![
                 "agent".to_owned(),
