@@ -30,7 +30,7 @@ use ne_crds::{Backend, PolicyDirection};
 
 use super::cidr::{Cidr, mask32, mask128};
 use super::istio::{self, principal_is_exact};
-use super::{Decision, EvalError, FlowView, PeerView, PolicyRef, netpol, same_direction, selector};
+use super::{Decision, EvalError, FlowView, PeerView, PolicyRef, evaluate_candidates, selector};
 
 /// A policy with its rules filed by what their peers require (see the module docs).
 #[derive(Debug)]
@@ -92,40 +92,23 @@ impl<'a> Compiled<'a> {
         Compiled {
             policy,
             namespace,
-            rules: (keys.len() >= FILED_FROM).then(|| Rules::filed(keys)),
+            // A list too long for u32 rule numbers is no object the API server stores;
+            // it would be scanned.
+            rules: (FILED_FROM..=u32::MAX as usize)
+                .contains(&keys.len())
+                .then(|| Rules::filed(keys)),
         }
     }
 
     /// What the policy decides about `flow`: [`super::evaluate`]'s decision.
     pub fn evaluate(&self, flow: &FlowView<'_>) -> Result<Decision, EvalError> {
-        let policy = self.policy;
-        if !same_direction(policy.direction, flow.direction) {
-            return Ok(Decision::NotRestricted);
-        }
-        match policy.backend {
-            Backend::Kubernetes => {
-                let spec = policy
-                    .kubernetes
-                    .ok_or(EvalError::MissingPayload(Backend::Kubernetes))?;
-                let candidates = self
-                    .rules
-                    .as_ref()
-                    .map(|r| r.for_netpol(self.namespace, flow));
-                Ok(netpol::evaluate_rules(
-                    spec,
-                    self.namespace,
-                    flow,
-                    candidates.as_deref(),
-                ))
-            }
-            Backend::Istio => {
-                let spec = policy
-                    .istio
-                    .ok_or(EvalError::MissingPayload(Backend::Istio))?;
-                let candidates = self.rules.as_ref().map(|r| r.for_istio(flow));
-                Ok(istio::evaluate_rules(spec, flow, candidates.as_deref()))
-            }
-        }
+        evaluate_candidates(self.policy, self.namespace, flow, |backend| {
+            let rules = self.rules.as_ref()?;
+            Some(match backend {
+                Backend::Kubernetes => rules.for_netpol(self.namespace, flow),
+                Backend::Istio => rules.for_istio(flow),
+            })
+        })
     }
 }
 
@@ -209,7 +192,8 @@ impl<'a> Rules<'a> {
     /// Files every rule by the keys of its peers (`keys[i]`: rule `i`'s).
     fn filed(keys: Vec<Vec<Option<Key<'a>>>>) -> Self {
         let mut rules = Rules::default();
-        for (i, keys) in keys.into_iter().enumerate() {
+        // `Compiled::new` files only lists whose numbers fit a u32.
+        for (i, keys) in (0u32..).zip(keys) {
             rules.file(i, keys);
         }
         for lens in [&mut rules.v4_lens, &mut rules.v6_lens] {
@@ -221,11 +205,7 @@ impl<'a> Rules<'a> {
 
     /// Files rule `i` under every key of its peers, or scans it when a peer has none (or
     /// it has no peers: it matches every flow).
-    fn file(&mut self, i: usize, keys: Vec<Option<Key<'a>>>) {
-        let Ok(i) = u32::try_from(i) else {
-            // A list of more than 4 billion rules is not an object the API server stores.
-            return;
-        };
+    fn file(&mut self, i: u32, keys: Vec<Option<Key<'a>>>) {
         if keys.is_empty() || keys.iter().any(Option::is_none) {
             self.scanned.push(i);
             return;

@@ -2,7 +2,6 @@
 //! kind of peer, valid and invalid, and on flows of every kind of peer.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
@@ -14,11 +13,12 @@ use ne_crds::{
     Backend, IstioAuthorizationPolicySpec, IstioFrom, IstioOperation, IstioRule, IstioSource,
     IstioTo, PolicyDirection,
 };
-use ne_flow::flow::{Direction, Labels, Protocol, Reserved, labels};
+use ne_flow::flow::{Direction, Protocol, Reserved, labels};
 use proptest::prelude::*;
 
 use super::Compiled;
-use crate::eval::{Decision, FlowView, PeerView, PolicyRef, evaluate};
+use crate::eval::test_support::{TestFlow, TestPeer, from_ip};
+use crate::eval::{Decision, PolicyRef, evaluate};
 use crate::resolve::NamedPort;
 
 const NAMESPACE: &str = "default";
@@ -179,57 +179,6 @@ fn network_policy() -> impl Strategy<Value = (PolicyDirection, NetworkPolicySpec
         })
 }
 
-/// A flow's peer, owned.
-#[derive(Clone, Debug)]
-enum Peer {
-    Pod {
-        namespace: &'static str,
-        labels: Labels,
-        namespace_labels: Labels,
-    },
-    External,
-    Reserved(Reserved),
-    Unknown,
-}
-
-#[derive(Clone, Debug)]
-struct Flow {
-    direction: Direction,
-    peer: Peer,
-    ip: Option<IpAddr>,
-    identity: Option<&'static str>,
-    protocol: Protocol,
-    port: u16,
-    named_ports: Vec<NamedPort>,
-}
-
-impl Flow {
-    fn view(&self) -> FlowView<'_> {
-        FlowView {
-            direction: self.direction,
-            peer: match &self.peer {
-                Peer::Pod {
-                    namespace,
-                    labels,
-                    namespace_labels,
-                } => PeerView::Pod {
-                    namespace,
-                    labels,
-                    namespace_labels,
-                },
-                Peer::External => PeerView::External,
-                Peer::Reserved(r) => PeerView::Reserved(*r),
-                Peer::Unknown => PeerView::Unknown,
-            },
-            peer_ip: self.ip,
-            peer_identity: self.identity,
-            protocol: self.protocol,
-            port: self.port,
-            named_ports: &self.named_ports,
-        }
-    }
-}
-
 const PRINCIPALS: &[&str] = &[
     "cluster.local/ns/a/sa/x",
     "cluster.local/ns/b/sa/y",
@@ -244,7 +193,7 @@ const PRINCIPAL_PATTERNS: &[&str] = &[
     "spiffe://cluster.local/ns/a/sa/x",
 ];
 
-fn flow() -> impl Strategy<Value = Flow> {
+fn flow() -> impl Strategy<Value = TestFlow> {
     let pod = (
         pick(&["default", "other"]),
         proptest::collection::vec(pick(PAIRS), 0..3),
@@ -255,17 +204,17 @@ fn flow() -> impl Strategy<Value = Flow> {
             if team {
                 ns_labels.push(("team", "z"));
             }
-            Peer::Pod {
-                namespace,
+            TestPeer::Pod {
+                namespace: namespace.to_owned(),
                 labels: labels(pod_labels),
                 namespace_labels: labels(ns_labels),
             }
         });
     let peer = prop_oneof![
         3 => pod,
-        2 => Just(Peer::External),
-        1 => pick(&[Reserved::Host, Reserved::World]).prop_map(Peer::Reserved),
-        1 => Just(Peer::Unknown),
+        2 => Just(TestPeer::External),
+        1 => pick(&[Reserved::Host, Reserved::World]).prop_map(TestPeer::Reserved),
+        1 => Just(TestPeer::Unknown),
     ];
     let ip = proptest::option::of(pick(&[
         "10.1.2.3",
@@ -286,11 +235,11 @@ fn flow() -> impl Strategy<Value = Flow> {
         any::<bool>(),
     )
         .prop_map(
-            |(direction, peer, ip, identity, protocol, port, named)| Flow {
+            |(direction, peer, ip, identity, protocol, port, named)| TestFlow {
                 direction,
                 peer,
                 ip: ip.map(|ip| ip.parse().unwrap()),
-                identity,
+                identity: identity.map(str::to_owned),
                 protocol,
                 port,
                 named_ports: if named {
@@ -401,15 +350,7 @@ fn a_rule_per_address_is_found_by_address() {
         direction: PolicyDirection::Egress,
     };
     let compiled = Compiled::new(policy, NAMESPACE);
-    let to = |ip: &str| Flow {
-        direction: Direction::Egress,
-        peer: Peer::External,
-        ip: Some(ip.parse().unwrap()),
-        identity: None,
-        protocol: Protocol::Tcp,
-        port: 443,
-        named_ports: Vec::new(),
-    };
+    let to = |ip: &str| from_ip(ip).egress().port(443);
     let found = to("10.0.26.255");
     assert_eq!(
         compiled.evaluate(&found.view()),

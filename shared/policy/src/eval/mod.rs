@@ -236,6 +236,17 @@ pub fn evaluate(
     namespace: &str,
     flow: &FlowView<'_>,
 ) -> Result<Decision, EvalError> {
+    evaluate_candidates(policy, namespace, flow, |_| None)
+}
+
+/// [`evaluate`] over the rules `candidates` names for the policy's backend (ascending; see
+/// [`Compiled`]), or over every rule when it names none.
+fn evaluate_candidates(
+    policy: PolicyRef<'_>,
+    namespace: &str,
+    flow: &FlowView<'_>,
+    candidates: impl FnOnce(Backend) -> Option<Vec<u32>>,
+) -> Result<Decision, EvalError> {
     if !same_direction(policy.direction, flow.direction) {
         return Ok(Decision::NotRestricted);
     }
@@ -244,13 +255,20 @@ pub fn evaluate(
             let spec = policy
                 .kubernetes
                 .ok_or(EvalError::MissingPayload(Backend::Kubernetes))?;
-            Ok(netpol::evaluate(spec, namespace, flow))
+            let rules = candidates(Backend::Kubernetes);
+            Ok(netpol::evaluate_rules(
+                spec,
+                namespace,
+                flow,
+                rules.as_deref(),
+            ))
         }
         Backend::Istio => {
             let spec = policy
                 .istio
                 .ok_or(EvalError::MissingPayload(Backend::Istio))?;
-            Ok(istio::evaluate(spec, flow))
+            let rules = candidates(Backend::Istio);
+            Ok(istio::evaluate_rules(spec, flow, rules.as_deref()))
         }
     }
 }

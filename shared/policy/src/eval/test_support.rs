@@ -16,6 +16,8 @@ pub(crate) enum TestPeer {
     },
     External,
     Reserved(Reserved),
+    /// Not resolved.
+    Unknown,
 }
 
 /// An owned flow; `view()` borrows it as a [`FlowView`].
@@ -134,6 +136,7 @@ impl TestFlow {
                 },
                 TestPeer::External => PeerView::External,
                 TestPeer::Reserved(r) => PeerView::Reserved(*r),
+                TestPeer::Unknown => PeerView::Unknown,
             },
             peer_ip: self.ip,
             peer_identity: self.identity.as_deref(),
