@@ -11,18 +11,18 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ne_flow::edge::{Edge, Provider};
+use ne_flow::edge::Edge;
 use ne_flow::flow::{
     Direction, Endpoint, EndpointId, Protocol, Timestamp, WorkloadKind, WorkloadRef, labels,
 };
 use ne_flow::table::FlowTable;
 use ne_node_agent::metrics::AgentMetrics;
-use ne_node_agent::ship::{self, ShipConfig};
+use ne_node_agent::ship;
 use ne_node_agent::sources::SourceState;
 
 use crate::control::{self, Command, Report};
 use crate::hubble::now_nanos;
-use crate::roles::RoleArgs;
+use crate::roles::{RoleArgs, ship_config};
 
 /// The synthetic load of each simulated agent.
 #[derive(Clone, Debug, clap::Args)]
@@ -119,21 +119,8 @@ pub async fn fleet(leader: String, load: FleetLoad, args: RoleArgs) -> anyhow::R
         })
         .collect();
     for a in &agents {
-        let config = ShipConfig {
-            addresses: vec![leader.clone()],
-            node: format!("node-{}", a.n),
-            agent_id: format!("node-{}", a.n),
-            epoch: ShipConfig::process_epoch(),
-            provider: Provider::Cilium,
-            flush_interval: args.flush_interval,
-            max_message_bytes: 1 << 20,
-            max_unacked: 64,
-            max_unacked_bytes: 8 << 20,
-            idle_expiry: Duration::from_secs(3600),
-            token_file: None,
-        };
         tokio::spawn(ship::run(
-            config,
+            ship_config(leader.clone(), format!("node-{}", a.n), &args),
             a.table.clone(),
             a.metrics.clone(),
             a.state.clone(),

@@ -81,6 +81,16 @@ fn writes(m: &Measured) {
     );
 }
 
+/// The leader's (or the central process's) latencies and writes; `index` names the first.
+fn leader_figures(leader: &Measured, index: &str) {
+    latency(index, leader.last.flow_to_index);
+    latency(
+        "flow → violation record (monitor mode, new records)",
+        leader.last.flow_to_violation,
+    );
+    writes(leader);
+}
+
 fn process(name: &str, m: &Measured, window: f64, flows: u64) {
     println!(
         "  {name}: CPU {:.2} % of a core, RSS {:.1} MiB (peak {:.1}), {:.0} flows/s per core",
@@ -121,15 +131,7 @@ pub fn mode(args: &LoadArgs, mode: Mode, r: &ModeResult) {
                 r.source_bytes as f64 / flows.max(1) as f64
             );
             latency("flow → FlowTable", r.leader.last.flow_to_table);
-            latency(
-                "flow → central index (new edges)",
-                r.leader.last.flow_to_index,
-            );
-            latency(
-                "flow → violation record (monitor mode, new records)",
-                r.leader.last.flow_to_violation,
-            );
-            writes(&r.leader);
+            leader_figures(&r.leader, "flow → central index (new edges)");
             println!("  edges: {}", r.leader.after.edges);
         }
         Mode::Fleet => {
@@ -149,15 +151,7 @@ pub fn mode(args: &LoadArgs, mode: Mode, r: &ModeResult) {
                 received as f64 / w,
                 delta(&r.leader, |x| x.batch_bytes) as f64 / w
             );
-            latency(
-                "flow → leader index (new edges)",
-                r.leader.last.flow_to_index,
-            );
-            latency(
-                "flow → violation record (monitor mode, new records)",
-                r.leader.last.flow_to_violation,
-            );
-            writes(&r.leader);
+            leader_figures(&r.leader, "flow → leader index (new edges)");
             println!(
                 "  edges: leader index {}, simulated agents' tables {}, dropped (table full) {}",
                 r.leader.after.edges,
@@ -197,15 +191,7 @@ pub fn mode(args: &LoadArgs, mode: Mode, r: &ModeResult) {
                 delta(&r.leader, |x| x.batch_bytes)
             );
             latency("flow → FlowTable (worst agent)", worst(&r.agents));
-            latency(
-                "flow → leader index (new edges)",
-                r.leader.last.flow_to_index,
-            );
-            latency(
-                "flow → violation record (monitor mode, new records)",
-                r.leader.last.flow_to_violation,
-            );
-            writes(&r.leader);
+            leader_figures(&r.leader, "flow → leader index (new edges)");
             let sum = |f: fn(&Report) -> u64| -> u64 { r.agents.iter().map(|a| f(&a.after)).sum() };
             println!(
                 "  edges: leader index {}, agent tables {:?}, dropped (table full) {}, shed under \

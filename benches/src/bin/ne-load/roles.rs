@@ -93,6 +93,24 @@ fn table_full(metrics: &AgentMetrics) -> u64 {
         .get()
 }
 
+/// How a harness agent (real or simulated) ships to `leader` as node `id`: the agent's
+/// defaults, without expiry within a run.
+pub fn ship_config(leader: String, id: String, args: &RoleArgs) -> ShipConfig {
+    ShipConfig {
+        addresses: vec![leader],
+        node: id.clone(),
+        agent_id: id,
+        epoch: ShipConfig::process_epoch(),
+        provider: Provider::Cilium,
+        flush_interval: args.flush_interval,
+        max_message_bytes: 1 << 20,
+        max_unacked: 64,
+        max_unacked_bytes: 8 << 20,
+        idle_expiry: Duration::from_secs(3600),
+        token_file: None,
+    }
+}
+
 /// One node agent reading `socket` and shipping to `leader` as `id`.
 pub async fn agent(
     socket: PathBuf,
@@ -108,21 +126,8 @@ pub async fn agent(
     let sink = FlowSink::new(table.clone(), metrics.clone(), Provider::Cilium, "hubble")
         .with_denials(denials);
     tokio::spawn(hubble::run(hubble_config(socket), sink, state.clone()));
-    let config = ShipConfig {
-        addresses: vec![leader],
-        node: id.clone(),
-        agent_id: id,
-        epoch: ShipConfig::process_epoch(),
-        provider: Provider::Cilium,
-        flush_interval: args.flush_interval,
-        max_message_bytes: 1 << 20,
-        max_unacked: 64,
-        max_unacked_bytes: 8 << 20,
-        idle_expiry: Duration::from_secs(3600),
-        token_file: None,
-    };
     tokio::spawn(ship::run(
-        config,
+        ship_config(leader, id, &args),
         table.clone(),
         metrics.clone(),
         state.clone(),
