@@ -16,6 +16,10 @@
 //! unattributed.
 
 use std::collections::BTreeMap;
+use std::hash::BuildHasher as _;
+
+use foldhash::fast::RandomState;
+use hashbrown::HashTable;
 
 use ne_crds::{
     Backend, Mode, PolicyDirection, ViolationReason, WorkloadEndpointRef, WorkloadNetworkPolicy,
@@ -199,34 +203,74 @@ fn observation(
     }
 }
 
-/// Adds `observation` to `list`, summed into the observation of the same tuple if any
-/// (several edges can name one tuple: their endpoints differ in details the record does
-/// not name).
-fn add(list: &mut Vec<Observation>, observation: Observation) {
-    let same = |o: &Observation| {
-        (&o.source, &o.destination, &o.protocol, o.port, o.mode)
-            == (
-                &observation.source,
-                &observation.destination,
-                &observation.protocol,
-                observation.port,
-                observation.mode,
-            )
-    };
-    match list.iter_mut().find(|o| same(o)) {
-        Some(o) => {
+/// What identifies an observation's record: several edges can name one tuple (their
+/// endpoints differ in details the record does not name), and are summed into one.
+type Tuple<'a> = (
+    &'a WorkloadEndpointRef,
+    &'a WorkloadEndpointRef,
+    &'a str,
+    i32,
+    Mode,
+);
+
+fn tuple(o: &Observation) -> Tuple<'_> {
+    (&o.source, &o.destination, &o.protocol, o.port, o.mode)
+}
+
+/// The observations of one policy (or of none), in the order first made, one per tuple:
+/// adding one costs the same however many the policy has.
+#[derive(Default)]
+struct Tally {
+    list: Vec<Observation>,
+    /// Positions in `list`, by the hash of their tuple.
+    by_tuple: HashTable<usize>,
+}
+
+impl Tally {
+    fn add(&mut self, observation: Observation, hasher: &RandomState) {
+        let Tally { list, by_tuple } = self;
+        let hash = hasher.hash_one(tuple(&observation));
+        let same = |&i: &usize| tuple(&list[i]) == tuple(&observation);
+        if let Some(&i) = by_tuple.find(hash, same) {
+            let o = &mut list[i];
             if o.denied_by.is_none() && observation.denied_by.is_some() {
                 (o.denied_by, o.message) = (observation.denied_by, observation.message);
             }
             o.count = o.count.saturating_add(observation.count);
             if observation.first_seen.0 < o.first_seen.0 {
-                o.first_seen = observation.first_seen.clone();
+                o.first_seen = observation.first_seen;
             }
             if observation.last_seen.0 > o.last_seen.0 {
-                o.last_seen = observation.last_seen.clone();
+                o.last_seen = observation.last_seen;
             }
+        } else {
+            by_tuple.insert_unique(hash, list.len(), |&i| hasher.hash_one(tuple(&list[i])));
+            list.push(observation);
         }
-        None => list.push(observation),
+    }
+}
+
+/// The round's tallies, by the policy they concern (borrowed from the policies until
+/// the round's result is made).
+#[derive(Default)]
+struct Tallies<'p> {
+    by_policy: BTreeMap<(&'p str, &'p str), Tally>,
+    unattributed: Tally,
+    hasher: RandomState,
+}
+
+impl<'p> Tallies<'p> {
+    fn add(&mut self, policy: &'p WorkloadNetworkPolicy, observation: Observation) {
+        let key = (
+            policy.metadata.namespace.as_deref().unwrap_or_default(),
+            policy.metadata.name.as_deref().unwrap_or_default(),
+        );
+        let tally = self.by_policy.entry(key).or_default();
+        tally.add(observation, &self.hasher);
+    }
+
+    fn unattributed(&mut self, observation: Observation) {
+        self.unattributed.add(observation, &self.hasher);
     }
 }
 
@@ -247,7 +291,7 @@ pub fn detect(
     let monitored = by_target(policies, backend, Mode::Monitor);
     let protected = by_target(policies, backend, Mode::Protect);
     let mut detected = Detected::default();
-    let mut unattributed = Vec::new();
+    let mut tallies = Tallies::default();
     for m in traffic.edges {
         let edge = &m.edge;
         let seen = Seen::between(m.first_seen, m.last_seen);
@@ -255,7 +299,6 @@ pub fn detect(
         else {
             continue;
         };
-        let key = key_of(covered.policy);
         let peer = resolver.resolve_shared(&edge.peer, seen);
         // Istio policies match peers by principal, which the record carries.
         if let (Resolution::Unresolved(why), Backend::Kubernetes) = (&*peer, backend) {
@@ -269,12 +312,14 @@ pub fn detect(
                 continue;
             }
             Err(error) => {
-                detected.errors.insert(key, error.to_string());
+                detected
+                    .errors
+                    .insert(key_of(covered.policy), error.to_string());
                 continue;
             }
         };
         let o = observation(m, &subject, &peer, Mode::Monitor, rule_reason(reason, edge));
-        add(detected.observations.entry(key).or_default(), o);
+        tallies.add(covered.policy, o);
     }
     for (edges, policies, mode) in [
         (traffic.denials, &protected, Mode::Protect),
@@ -288,17 +333,16 @@ pub fn detect(
             let reason = data_plane_reason(mode, m.edge.denied_by.as_deref());
             let o = observation(m, &subject, &peer, mode, reason);
             match target {
-                Target::Policy(_, covered) => add(
-                    detected
-                        .observations
-                        .entry(key_of(covered.policy))
-                        .or_default(),
-                    o,
-                ),
-                Target::NotASubject | Target::Uncovered(_) => add(&mut unattributed, o),
+                Target::Policy(_, covered) => tallies.add(covered.policy, o),
+                Target::NotASubject | Target::Uncovered(_) => tallies.unattributed(o),
             }
         }
     }
-    detected.unattributed = unattributed;
+    detected.observations = tallies
+        .by_policy
+        .into_iter()
+        .map(|((namespace, name), t)| ((namespace.to_owned(), name.to_owned()), t.list))
+        .collect();
+    detected.unattributed = tallies.unattributed.list;
     detected
 }
