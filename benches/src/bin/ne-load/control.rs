@@ -60,6 +60,12 @@ pub struct Report {
     pub shed: u64,
     /// Flush intervals the shipper held back, waiting for acks (agents).
     pub held: u64,
+    /// Agent streams open (leader only).
+    pub streams: u64,
+    /// Batches the leader paced (an agent over its byte budget), leader only.
+    pub paced: u64,
+    /// Batches the leader rejected (the agent resends a snapshot), leader only.
+    pub rejected: u64,
     /// Bytes of the batches sent to the leader (agents) or received (leader).
     pub batch_bytes: u64,
     /// Entries sent (agents) or received (leader), snapshots included.
@@ -88,6 +94,9 @@ pub struct Report {
     /// Flow → the violation record the planner writes for it (records new since the mark,
     /// with the proposals promoted to monitor-mode policies at the mark).
     pub flow_to_violation: Option<Latency>,
+    /// One flush interval's work (leader, central): reading the merged edges, learning,
+    /// detecting and planning.
+    pub round: Option<Latency>,
 }
 
 /// A latency summary in milliseconds.

@@ -139,7 +139,10 @@ fn main() -> ExitCode {
             args,
         }) => child(roles::agent(socket, leader, id, args)),
         Some(Role::Leader { args }) => child(roles::leader(args)),
-        Some(Role::Fleet { leader, load, args }) => child(fleet::fleet(leader, load, args)),
+        Some(Role::Fleet { leader, load, args }) => {
+            fleet::yield_to_leader();
+            child(fleet::fleet(leader, load, args))
+        }
         Some(Role::Central { socket, args }) => child(roles::central(socket, args)),
         None => load(&cli.load),
     };

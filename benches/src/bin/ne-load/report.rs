@@ -84,6 +84,7 @@ fn writes(m: &Measured) {
 /// The leader's (or the central process's) latencies and writes; `index` names the first.
 fn leader_figures(leader: &Measured, index: &str) {
     latency(index, leader.last.flow_to_index);
+    latency("one round (read, learn, detect, plan)", leader.last.round);
     latency(
         "flow → violation record (monitor mode, new records)",
         leader.last.flow_to_violation,
@@ -146,6 +147,19 @@ pub fn mode(args: &LoadArgs, mode: Mode, r: &ModeResult) {
             }
             process("leader", &r.leader, w, flows);
             println!(
+                "  simulated agents sent: {:.0} batches/s, {:.0} edges/s",
+                r.agents
+                    .iter()
+                    .map(|a| delta(a, |x| x.batches))
+                    .sum::<u64>() as f64
+                    / w,
+                r.agents
+                    .iter()
+                    .map(|a| delta(a, |x| x.batch_edges))
+                    .sum::<u64>() as f64
+                    / w,
+            );
+            println!(
                 "  leader received: {:.0} batches/s, {:.0} edges/s, {:.0} B/s",
                 delta(&r.leader, |x| x.batches) as f64 / w,
                 received as f64 / w,
@@ -157,6 +171,16 @@ pub fn mode(args: &LoadArgs, mode: Mode, r: &ModeResult) {
                 r.leader.after.edges,
                 r.agents.iter().map(|a| a.after.edges).sum::<u64>(),
                 r.agents.iter().map(|a| a.after.table_full).sum::<u64>(),
+            );
+            println!(
+                "  agent streams open at the leader: {} at the window's start, {} at its end",
+                r.leader.before.streams, r.leader.after.streams
+            );
+            println!(
+                "  in the window: batches paced {}, rejected {}; flush intervals held back for acks {}",
+                delta(&r.leader, |x| x.paced),
+                delta(&r.leader, |x| x.rejected),
+                r.agents.iter().map(|a| delta(a, |x| x.held)).sum::<u64>(),
             );
         }
         _ => {

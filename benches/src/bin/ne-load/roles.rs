@@ -14,13 +14,14 @@
 //!
 //! Each reports [`Report`]s over stdout when the harness asks (module `control`).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use foldhash::HashSet;
 use hdrhistogram::Histogram;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff;
@@ -93,6 +94,19 @@ fn table_full(metrics: &AgentMetrics) -> u64 {
         .get()
 }
 
+/// Flush intervals the shipper held back, waiting for acks.
+pub fn held(metrics: &AgentMetrics) -> u64 {
+    ["unacked_batches", "unacked_bytes"]
+        .map(|reason| {
+            metrics
+                .ship_held
+                .get_or_create(&ne_node_agent::metrics::HeldLabel { reason })
+                .get()
+        })
+        .iter()
+        .sum()
+}
+
 /// How a harness agent (real or simulated) ships to `leader` as node `id`: the agent's
 /// defaults, without expiry within a run.
 pub fn ship_config(leader: String, id: String, args: &RoleArgs) -> ShipConfig {
@@ -139,15 +153,7 @@ pub async fn agent(
             .edges_expired
             .get_or_create(&ne_node_agent::metrics::ExpiryLabel { reason: "pressure" })
             .get(),
-        held: ["unacked_batches", "unacked_bytes"]
-            .map(|reason| {
-                metrics
-                    .ship_held
-                    .get_or_create(&ne_node_agent::metrics::HeldLabel { reason })
-                    .get()
-            })
-            .iter()
-            .sum(),
+        held: held(&metrics),
         batch_bytes: metrics.delta_bytes_sent.get(),
         batch_edges: metrics.delta_edges_sent.get(),
         batches: metrics.deltas_sent.get(),
@@ -188,6 +194,8 @@ struct Flusher {
     /// The proposals promoted at the mark, with the statuses the counted writes made.
     policies: Vec<WorkloadNetworkPolicy>,
     new_violations: Histogram<u64>,
+    /// How long each flush took, from reading the merged edges to the planned writes.
+    rounds: Histogram<u64>,
     marked: bool,
     report: Report,
 }
@@ -207,10 +215,11 @@ impl Flusher {
                 stable_after: std::time::Duration::from_secs(600),
                 status_refresh: std::time::Duration::from_secs(60),
             },
-            seen: HashSet::new(),
+            seen: HashSet::default(),
             new_keys: micros_histogram(),
             policies: Vec::new(),
             new_violations: micros_histogram(),
+            rounds: micros_histogram(),
             marked: false,
             report: Report::default(),
         }
@@ -233,6 +242,15 @@ impl Flusher {
                 w
             })
             .collect();
+    }
+
+    /// Notes how long one flush took, since the mark.
+    fn round_took(&mut self, took: Duration) {
+        if self.marked {
+            let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1);
+            self.rounds.saturating_record(us);
+            self.report.round = Some(Latency::of_micros(&self.rounds));
+        }
     }
 
     /// Notes the keys not seen before; their first flow's age is the latency.
@@ -387,15 +405,20 @@ pub async fn leader(args: RoleArgs) -> anyhow::Result<()> {
         batch_bytes: metrics.batch_bytes_received.get(),
         batch_edges: metrics.edges_received.get(),
         batches: metrics.batches_received.get(),
+        paced: metrics.paced_batches.get(),
+        streams: u64::try_from(metrics.streams_active.get()).unwrap_or_default(),
+        rejected: metrics.rejects_sent.get(),
         ..flusher.report.clone()
     };
     loop {
         tokio::select! {
             _ = probe.tick() => flusher.probe(&index.read().await?.edges),
             _ = flush.tick() => {
+                let started = std::time::Instant::now();
                 let merged = index.read().await?.edges;
                 flusher.probe(&merged);
                 flusher.flush(&merged)?;
+                flusher.round_took(started.elapsed());
             }
             command = commands.recv() => match command {
                 Some(Command::Sample) => control::emit(&report(&flusher)),
@@ -449,9 +472,11 @@ pub async fn central(sockets: Vec<PathBuf>, args: RoleArgs) -> anyhow::Result<()
         tokio::select! {
             _ = probe.tick() => flusher.probe(&merged(&table)),
             _ = flush.tick() => {
+                let started = std::time::Instant::now();
                 let merged = merged(&table);
                 flusher.probe(&merged);
                 flusher.flush(&merged)?;
+                flusher.round_took(started.elapsed());
             }
             command = commands.recv() => match command {
                 Some(Command::Sample) => control::emit(&report(&flusher)),
