@@ -2,8 +2,10 @@
 //! protocol").
 //!
 //! Data flow on the leader: an agent's ingest stream → decode (the delta codec) →
-//! [`EdgeIndex::apply`] per batch → the proposal writer, which reads
-//! [`EdgeIndex::drain_changed`] every flush interval and rebuilds only what changed.
+//! [`EdgeIndex::apply`] per batch → the leader's rounds, which read every merged entry
+//! ([`EdgeIndex::merged`]) each flush interval. [`EdgeIndex::drain_changed`] yields what
+//! changed since its previous call, for a consumer that rebuilds only that (the rounds do
+//! not use it yet: a round's cost follows the index's size).
 //!
 //! The index is a synchronous state machine: one owner task calls [`EdgeIndex::hello`] when
 //! a stream starts and [`EdgeIndex::apply`] per batch, never awaits, and holds no lock.
