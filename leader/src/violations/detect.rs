@@ -346,3 +346,66 @@ pub fn detect(
     detected.unattributed = tallies.unattributed.list;
     detected
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::super::tests::seen;
+    use super::*;
+
+    /// The tally as a scan of the list: the definition it must agree with.
+    fn scanned(observations: &[Observation]) -> Vec<Observation> {
+        let mut list: Vec<Observation> = Vec::new();
+        for n in observations.iter().cloned() {
+            match list.iter_mut().find(|o| tuple(o) == tuple(&n)) {
+                Some(o) => {
+                    if o.denied_by.is_none() && n.denied_by.is_some() {
+                        (o.denied_by, o.message) = (n.denied_by, n.message);
+                    }
+                    o.count = o.count.saturating_add(n.count);
+                    if n.first_seen.0 < o.first_seen.0 {
+                        o.first_seen = n.first_seen;
+                    }
+                    if n.last_seen.0 > o.last_seen.0 {
+                        o.last_seen = n.last_seen;
+                    }
+                }
+                None => list.push(n),
+            }
+        }
+        list
+    }
+
+    fn observation() -> impl Strategy<Value = Observation> {
+        (
+            0..4usize,
+            prop::sample::select(vec![80, 443, UNKNOWN_PORT]),
+            prop::bool::ANY,
+            (0..1000i64, 0..100i64, 0..100i64),
+            prop::option::of(0..2usize),
+        )
+            .prop_map(|(src, port, protect, (count, first, last), blamed)| {
+                let mut o = seen(&format!("client-{src}"), port, count, first, first + last);
+                if protect {
+                    o.mode = Mode::Protect;
+                }
+                o.denied_by = blamed.map(|b| format!("policy-{b}"));
+                o
+            })
+    }
+
+    proptest! {
+        /// Summing by a hash of the tuple gives what a scan of the list gives, in the same
+        /// order.
+        #[test]
+        fn a_tally_sums_as_a_scan_does(observations in prop::collection::vec(observation(), 0..64)) {
+            let mut tally = Tally::default();
+            let hasher = RandomState::default();
+            for o in observations.iter().cloned() {
+                tally.add(o, &hasher);
+            }
+            prop_assert_eq!(tally.list, scanned(&observations));
+        }
+    }
+}

@@ -23,7 +23,7 @@ fn workload(name: &str) -> WorkloadEndpointRef {
 }
 
 /// `src → api:port`, seen `count` times between `first` and `last`.
-fn seen(src: &str, port: i32, count: i64, first: i64, last: i64) -> Observation {
+pub(super) fn seen(src: &str, port: i32, count: i64, first: i64, last: i64) -> Observation {
     Observation {
         source: workload(src),
         destination: workload("api"),
