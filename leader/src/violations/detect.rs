@@ -217,6 +217,20 @@ fn tuple(o: &Observation) -> Tuple<'_> {
     (&o.source, &o.destination, &o.protocol, o.port, o.mode)
 }
 
+/// Sums `observation` into `o`, an observation of the same tuple.
+fn absorb(o: &mut Observation, observation: Observation) {
+    if o.denied_by.is_none() && observation.denied_by.is_some() {
+        (o.denied_by, o.message) = (observation.denied_by, observation.message);
+    }
+    o.count = o.count.saturating_add(observation.count);
+    if observation.first_seen.0 < o.first_seen.0 {
+        o.first_seen = observation.first_seen;
+    }
+    if observation.last_seen.0 > o.last_seen.0 {
+        o.last_seen = observation.last_seen;
+    }
+}
+
 /// The observations of one policy (or of none), in the order first made, one per tuple:
 /// adding one costs the same however many the policy has.
 #[derive(Default)]
@@ -232,17 +246,7 @@ impl Tally {
         let hash = hasher.hash_one(tuple(&observation));
         let same = |&i: &usize| tuple(&list[i]) == tuple(&observation);
         if let Some(&i) = by_tuple.find(hash, same) {
-            let o = &mut list[i];
-            if o.denied_by.is_none() && observation.denied_by.is_some() {
-                (o.denied_by, o.message) = (observation.denied_by, observation.message);
-            }
-            o.count = o.count.saturating_add(observation.count);
-            if observation.first_seen.0 < o.first_seen.0 {
-                o.first_seen = observation.first_seen;
-            }
-            if observation.last_seen.0 > o.last_seen.0 {
-                o.last_seen = observation.last_seen;
-            }
+            absorb(&mut list[i], observation);
         } else {
             by_tuple.insert_unique(hash, list.len(), |&i| hasher.hash_one(tuple(&list[i])));
             list.push(observation);
@@ -351,26 +355,15 @@ pub fn detect(
 mod tests {
     use proptest::prelude::*;
 
-    use super::super::tests::seen;
+    use super::super::tests::{seen, time};
     use super::*;
 
-    /// The tally as a scan of the list: the definition it must agree with.
+    /// The tally as a scan of the list: the lookup it must agree with.
     fn scanned(observations: &[Observation]) -> Vec<Observation> {
         let mut list: Vec<Observation> = Vec::new();
         for n in observations.iter().cloned() {
             match list.iter_mut().find(|o| tuple(o) == tuple(&n)) {
-                Some(o) => {
-                    if o.denied_by.is_none() && n.denied_by.is_some() {
-                        (o.denied_by, o.message) = (n.denied_by, n.message);
-                    }
-                    o.count = o.count.saturating_add(n.count);
-                    if n.first_seen.0 < o.first_seen.0 {
-                        o.first_seen = n.first_seen;
-                    }
-                    if n.last_seen.0 > o.last_seen.0 {
-                        o.last_seen = n.last_seen;
-                    }
-                }
+                Some(o) => absorb(o, n),
                 None => list.push(n),
             }
         }
@@ -393,6 +386,18 @@ mod tests {
                 o.denied_by = blamed.map(|b| format!("policy-{b}"));
                 o
             })
+    }
+
+    #[test]
+    fn one_tuple_keeps_the_earliest_first_the_latest_last_and_the_blamed_policy() {
+        let mut o = seen("client", 80, 3, 20, 30);
+        let mut blamed = seen("client", 80, 4, 10, 25);
+        blamed.denied_by = Some("deny-all".to_owned());
+        absorb(&mut o, blamed);
+        absorb(&mut o, seen("client", 80, 5, 15, 40));
+        assert_eq!(o.count, 12);
+        assert_eq!((o.first_seen, o.last_seen), (time(10), time(40)));
+        assert_eq!(o.denied_by.as_deref(), Some("deny-all"));
     }
 
     proptest! {

@@ -8,7 +8,7 @@ use ne_crds::{
     Mode, PolicyDirection, ViolationReason, WorkloadEndpointRef, WorkloadNetworkPolicyStatus,
 };
 
-fn time(secs: i64) -> Time {
+pub(super) fn time(secs: i64) -> Time {
     Time(jiff::Timestamp::from_second(secs).unwrap())
 }
 
