@@ -469,6 +469,7 @@ pub mod edges;
 mod pb;
 mod render;
 pub mod round;
+pub mod ship;
 
 #[cfg(test)]
 mod tests;

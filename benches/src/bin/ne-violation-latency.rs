@@ -23,7 +23,7 @@ use clap::Parser;
 use hdrhistogram::Histogram;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use ne_crds::{Backend, WorkloadNetworkPolicy};
-use ne_flow::edge::{Edge, Provider};
+use ne_flow::edge::Edge;
 use ne_flow::flow::{
     Direction, Endpoint, EndpointId, Protocol, Timestamp, WorkloadKind, WorkloadRef, labels,
 };
@@ -33,7 +33,7 @@ use ne_leader::controller::plan::{self, Action, Config, World};
 use ne_leader::ingest::{IndexHandle, IngestLimits, IngestService, LeaderMetrics};
 use ne_leader::violations::detect::{Traffic, detect};
 use ne_node_agent::metrics::AgentMetrics;
-use ne_node_agent::ship::{self, ShipConfig};
+use ne_node_agent::ship;
 use ne_node_agent::sources::SourceState;
 use ne_policy::resolve::RecordOnly;
 use serde_json::json;
@@ -156,19 +156,7 @@ async fn main() -> anyhow::Result<()> {
     // One agent: its table and shipper.
     let table = Arc::new(FlowTable::new(1 << 22));
     let state = SourceState::default();
-    let config = ShipConfig {
-        addresses: vec![address],
-        node: "node-0".to_owned(),
-        agent_id: "node-0".to_owned(),
-        epoch: ShipConfig::process_epoch(),
-        provider: Provider::Cilium,
-        flush_interval: args.flush_interval,
-        max_message_bytes: 1 << 20,
-        max_unacked: 64,
-        max_unacked_bytes: 8 << 20,
-        idle_expiry: Duration::from_secs(3600),
-        token_file: None,
-    };
+    let config = ne_benches::ship::config(address, "node-0".to_owned(), args.flush_interval);
     tokio::spawn(ship::run(
         config,
         table.clone(),

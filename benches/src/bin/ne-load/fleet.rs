@@ -22,7 +22,7 @@ use ne_node_agent::sources::SourceState;
 
 use crate::control::{self, Command, Report};
 use crate::hubble::now_nanos;
-use crate::roles::{RoleArgs, held, ship_config};
+use crate::roles::{RoleArgs, held};
 
 /// The synthetic load of each simulated agent.
 #[derive(Clone, Debug, clap::Args)]
@@ -136,7 +136,7 @@ pub async fn fleet(leader: String, load: FleetLoad, args: RoleArgs) -> anyhow::R
         .collect();
     for a in &agents {
         tokio::spawn(ship::run(
-            ship_config(leader.clone(), format!("node-{}", a.n), &args),
+            ne_benches::ship::config(leader.clone(), format!("node-{}", a.n), args.flush_interval),
             a.table.clone(),
             a.metrics.clone(),
             a.state.clone(),

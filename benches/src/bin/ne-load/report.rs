@@ -44,6 +44,11 @@ fn delta(m: &Measured, f: impl Fn(&crate::control::Report) -> u64) -> u64 {
     f(&m.after).saturating_sub(f(&m.before))
 }
 
+/// The growth of one counter over the window, summed over `processes`.
+fn total(processes: &[Measured], f: impl Fn(&crate::control::Report) -> u64) -> u64 {
+    processes.iter().map(|m| delta(m, &f)).sum()
+}
+
 fn latency(name: &str, l: Option<Latency>) {
     match l {
         Some(l) if l.count > 0 => println!(
@@ -136,7 +141,7 @@ pub fn mode(args: &LoadArgs, mode: Mode, r: &ModeResult) {
             println!("  edges: {}", r.leader.after.edges);
         }
         Mode::Fleet => {
-            let flows: u64 = r.agents.iter().map(|a| delta(a, |x| x.flows)).sum();
+            let flows = total(&r.agents, |x| x.flows);
             let received = delta(&r.leader, |x| x.batch_edges);
             println!(
                 "== fleet: {} simulated agents ({} processes) × {} flows/s, {} new edges/s each, into one leader ==",
@@ -148,16 +153,8 @@ pub fn mode(args: &LoadArgs, mode: Mode, r: &ModeResult) {
             process("leader", &r.leader, w, flows);
             println!(
                 "  simulated agents sent: {:.0} batches/s, {:.0} edges/s",
-                r.agents
-                    .iter()
-                    .map(|a| delta(a, |x| x.batches))
-                    .sum::<u64>() as f64
-                    / w,
-                r.agents
-                    .iter()
-                    .map(|a| delta(a, |x| x.batch_edges))
-                    .sum::<u64>() as f64
-                    / w,
+                total(&r.agents, |x| x.batches) as f64 / w,
+                total(&r.agents, |x| x.batch_edges) as f64 / w,
             );
             println!(
                 "  leader received: {:.0} batches/s, {:.0} edges/s, {:.0} B/s",
@@ -180,11 +177,11 @@ pub fn mode(args: &LoadArgs, mode: Mode, r: &ModeResult) {
                 "  in the window: batches paced {}, rejected {}; flush intervals held back for acks {}",
                 delta(&r.leader, |x| x.paced),
                 delta(&r.leader, |x| x.rejected),
-                r.agents.iter().map(|a| delta(a, |x| x.held)).sum::<u64>(),
+                total(&r.agents, |x| x.held),
             );
         }
         _ => {
-            let flows: u64 = r.agents.iter().map(|a| delta(a, |x| x.flows)).sum();
+            let flows = total(&r.agents, |x| x.flows);
             let cpu: f64 = r.agents.iter().map(|a| a.cpu_seconds).sum();
             println!(
                 "== agents: {} agents pre-aggregate and ship deltas to the leader ==",
@@ -204,8 +201,8 @@ pub fn mode(args: &LoadArgs, mode: Mode, r: &ModeResult) {
                 per_core(flows, cpu)
             );
             process("leader", &r.leader, w, flows);
-            let shipped: u64 = r.agents.iter().map(|a| delta(a, |x| x.batch_bytes)).sum();
-            let edges: u64 = r.agents.iter().map(|a| delta(a, |x| x.batch_edges)).sum();
+            let shipped = total(&r.agents, |x| x.batch_bytes);
+            let edges = total(&r.agents, |x| x.batch_edges);
             println!(
                 "  bytes: read from sources {}, shipped {} ({:.3} %), {:.1} B per changed edge ({edges} edges); leader received {}",
                 r.source_bytes,
@@ -235,7 +232,7 @@ pub fn mode(args: &LoadArgs, mode: Mode, r: &ModeResult) {
 }
 
 pub fn compare(agents: &ModeResult, central: &ModeResult) {
-    let a_flows: u64 = agents.agents.iter().map(|a| delta(a, |x| x.flows)).sum();
+    let a_flows = total(&agents.agents, |x| x.flows);
     let c_flows = delta(&central.leader, |x| x.flows);
     let per_flow = |cpu: f64, flows: u64| cpu / flows.max(1) as f64;
     let leader = per_flow(agents.leader.cpu_seconds, a_flows);

@@ -33,7 +33,7 @@ use ne_leader::controller::plan::{self, Action, Config, Workload, WorkloadKey, W
 use ne_leader::ingest::{IndexHandle, IngestLimits, IngestService, LeaderMetrics};
 use ne_leader::violations::detect::{Traffic, detect};
 use ne_node_agent::metrics::AgentMetrics;
-use ne_node_agent::ship::{self, ShipConfig};
+use ne_node_agent::ship;
 use ne_node_agent::sink::FlowSink;
 use ne_node_agent::sources::SourceState;
 use ne_node_agent::sources::backoff::Backoff;
@@ -107,24 +107,6 @@ pub fn held(metrics: &AgentMetrics) -> u64 {
         .sum()
 }
 
-/// How a harness agent (real or simulated) ships to `leader` as node `id`: the agent's
-/// defaults, without expiry within a run.
-pub fn ship_config(leader: String, id: String, args: &RoleArgs) -> ShipConfig {
-    ShipConfig {
-        addresses: vec![leader],
-        node: id.clone(),
-        agent_id: id,
-        epoch: ShipConfig::process_epoch(),
-        provider: Provider::Cilium,
-        flush_interval: args.flush_interval,
-        max_message_bytes: 1 << 20,
-        max_unacked: 64,
-        max_unacked_bytes: 8 << 20,
-        idle_expiry: Duration::from_secs(3600),
-        token_file: None,
-    }
-}
-
 /// One node agent reading `socket` and shipping to `leader` as `id`.
 pub async fn agent(
     socket: PathBuf,
@@ -141,7 +123,7 @@ pub async fn agent(
         .with_denials(denials);
     tokio::spawn(hubble::run(hubble_config(socket), sink, state.clone()));
     tokio::spawn(ship::run(
-        ship_config(leader, id, &args),
+        ne_benches::ship::config(leader, id, args.flush_interval),
         table.clone(),
         metrics.clone(),
         state.clone(),
