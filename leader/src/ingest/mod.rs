@@ -7,8 +7,9 @@
 //! forget the batch.
 //!
 //! A batch carries learned edges and observed denials (policy and audit / dry-run), told
-//! apart by the codec; the owner keeps one index per class, and [`IndexHandle::read`]
-//! hands them back apart ([`Merged`]): learning reads `edges`, violations the others.
+//! apart by the codec; the owner keeps one index per class, and [`IndexHandle::changes`]
+//! hands what changed back apart ([`Changes`]): learning reads `edges`, violations the
+//! others.
 //!
 //! Only the replica that holds the Lease accepts streams ([`Leadership`]); a standby
 //! answers `UNAVAILABLE` so agents try the next address, and a leader that loses the Lease
@@ -56,7 +57,7 @@ use tonic::{Code, Request, Response, Status, Streaming};
 pub use limits::IngestLimits;
 pub use metrics::LeaderMetrics;
 use ne_proto::ingest::ingest_server::IngestServer;
-pub use owner::{IndexClosed, IndexGauges, IndexHandle, Indexes, Merged};
+pub use owner::{Changes, IndexClosed, IndexGauges, IndexHandle, Indexes, Merged};
 
 /// Whether this replica may accept streams (it holds the Lease). Kept behind a trait so
 /// tests run election in-process.

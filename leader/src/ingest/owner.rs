@@ -27,6 +27,13 @@ enum Command {
     Read {
         done: oneshot::Sender<Merged>,
     },
+    Changes {
+        done: oneshot::Sender<Changes>,
+    },
+    InsertedSince {
+        slot: usize,
+        done: oneshot::Sender<Vec<MergedEdge>>,
+    },
 }
 
 /// The merged entries of every agent, by class (what [`IndexHandle::read`] returns).
@@ -39,6 +46,15 @@ pub struct Merged {
     /// Edges of traffic a dry-run / audit policy would have denied: monitor-mode
     /// observations (port 0 when the data plane did not say, as ztunnel's dry-run lines).
     pub audits: Vec<MergedEdge>,
+}
+
+/// The merged entries changed since the last [`IndexHandle::changes`], each with its slot
+/// in its class's index (see `ne_policy::index`), by class.
+#[derive(Clone, Debug, Default)]
+pub struct Changes {
+    pub edges: Vec<(u32, MergedEdge)>,
+    pub denials: Vec<(u32, MergedEdge)>,
+    pub audits: Vec<(u32, MergedEdge)>,
 }
 
 /// The owner task's indexes, one per class (what its task returns when it ends).
@@ -102,6 +118,20 @@ impl Indexes {
         gauges.edges.set(size(&self.edges));
         gauges.denials.set(size(&self.denials));
         gauges.audits.set(size(&self.audits));
+    }
+
+    fn changes(&mut self) -> Changes {
+        let drain = |index: &mut EdgeIndex| -> Vec<(u32, MergedEdge)> {
+            index
+                .drain_changed()
+                .map(|(slot, m)| (slot, m.clone()))
+                .collect()
+        };
+        Changes {
+            edges: drain(&mut self.edges),
+            denials: drain(&mut self.denials),
+            audits: drain(&mut self.audits),
+        }
     }
 
     fn merged(&self) -> Merged {
@@ -177,6 +207,12 @@ impl IndexHandle {
                     Command::Read { done } => {
                         let _ = done.send(indexes.merged());
                     }
+                    Command::Changes { done } => {
+                        let _ = done.send(indexes.changes());
+                    }
+                    Command::InsertedSince { slot, done } => {
+                        let _ = done.send(indexes.edges.merged_from(slot).cloned().collect());
+                    }
                 }
             }
             indexes
@@ -216,9 +252,21 @@ impl IndexHandle {
         .await
     }
 
-    /// Every merged entry, by class, in no particular order.
+    /// Every merged entry, by class, in slot order.
     pub async fn read(&self) -> Result<Merged, IndexClosed> {
         self.call(|done| Command::Read { done }).await
+    }
+
+    /// The merged entries changed since the last call, with their slots, by class: what a
+    /// round takes (one consumer only: a call takes the changes it returns from the next).
+    pub async fn changes(&self) -> Result<Changes, IndexClosed> {
+        self.call(|done| Command::Changes { done }).await
+    }
+
+    /// The learned edges inserted since the index held `slot` of them, in slot order.
+    pub async fn inserted_since(&self, slot: usize) -> Result<Vec<MergedEdge>, IndexClosed> {
+        self.call(|done| Command::InsertedSince { slot, done })
+            .await
     }
 }
 

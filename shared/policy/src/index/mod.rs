@@ -2,10 +2,11 @@
 //! protocol").
 //!
 //! Data flow on the leader: an agent's ingest stream → decode (the delta codec) →
-//! [`EdgeIndex::apply`] per batch → the leader's rounds, which read every merged entry
-//! ([`EdgeIndex::merged`]) each flush interval. [`EdgeIndex::drain_changed`] yields what
-//! changed since its previous call, for a consumer that rebuilds only that (the rounds do
-//! not use it yet: a round's cost follows the index's size).
+//! [`EdgeIndex::apply`] per batch → the leader's rounds, which take what changed since the
+//! last round ([`EdgeIndex::drain_changed`]) each flush interval, so that a round costs
+//! the edges that changed, not every edge held. Every key keeps its *slot* (its position
+//! in the index, from 0 in insertion order) for the index's life: keys are never removed,
+//! so a consumer keeps its own state by slot.
 //!
 //! The index is a synchronous state machine: one owner task calls [`EdgeIndex::hello`] when
 //! a stream starts and [`EdgeIndex::apply`] per batch, never awaits, and holds no lock.
@@ -327,14 +328,24 @@ impl EdgeIndex {
         self.entries.get(at as usize).map(|e| &e.merged)
     }
 
-    /// Every merged edge, in no particular order (sort what needs sorting).
+    /// Every merged edge, in slot order.
     pub fn merged(&self) -> impl ExactSizeIterator<Item = &MergedEdge> + '_ {
         self.entries.iter().map(|e| &e.merged)
     }
 
-    /// The merged edges changed (or inserted) since the previous drain, each once, in no
-    /// particular order; their changed flags are cleared when this is called, whether or
-    /// not the iterator is consumed.
+    /// The merged edges from slot `slot` on, in slot order: the keys inserted since the
+    /// index held `slot` keys.
+    pub fn merged_from(&self, slot: usize) -> impl ExactSizeIterator<Item = &MergedEdge> + '_ {
+        self.entries
+            .get(slot..)
+            .unwrap_or_default()
+            .iter()
+            .map(|e| &e.merged)
+    }
+
+    /// The merged edges changed (or inserted) since the previous drain, each once with its
+    /// slot, in no particular order; their changed flags are cleared when this is called,
+    /// whether or not the iterator is consumed.
     pub fn drain_changed(&mut self) -> DrainChanged<'_> {
         let slots = std::mem::take(&mut self.changed);
         for &at in &slots {
@@ -396,12 +407,13 @@ pub struct DrainChanged<'a> {
 }
 
 impl<'a> Iterator for DrainChanged<'a> {
-    type Item = &'a MergedEdge;
+    /// A slot and its merged edge.
+    type Item = (u32, &'a MergedEdge);
 
     fn next(&mut self) -> Option<Self::Item> {
         let entries = self.entries;
         self.slots
-            .find_map(|at| entries.get(at as usize).map(|e| &e.merged))
+            .find_map(|at| entries.get(at as usize).map(|e| (at, &e.merged)))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {

@@ -130,8 +130,8 @@ struct Sim {
     delivered: Vec<(AgentId, u64, Vec<EdgeSnapshot>)>,
     records: Vec<Rec>,
     clock: i64,
-    /// What the proposal writer has read through `drain_changed`.
-    writer: BTreeMap<EdgeKey, MergedEdge>,
+    /// What the proposal writer has read through `drain_changed`, by slot.
+    writer: BTreeMap<u32, MergedEdge>,
 }
 
 impl Sim {
@@ -176,8 +176,11 @@ impl Sim {
     }
 
     fn flush(&mut self) {
-        self.writer
-            .extend(self.index.drain_changed().map(|m| (m.key(), m.clone())));
+        self.writer.extend(
+            self.index
+                .drain_changed()
+                .map(|(slot, m)| (slot, m.clone())),
+        );
     }
 
     fn run(&mut self, at: usize, op: &Op) {
@@ -288,8 +291,11 @@ proptest! {
 
         let merged = by_key(&sim.index);
         prop_assert_eq!(&merged, &model(&sim.records));
-        // The writer, reading only changes, has seen every final value.
-        prop_assert_eq!(&sim.writer, &merged);
+        // The writer, reading only changes, has seen every final value, each key under
+        // the slot it holds in the index.
+        let read: Vec<&MergedEdge> = sim.writer.values().collect();
+        prop_assert_eq!(read, sim.index.merged().collect::<Vec<_>>());
+        prop_assert_eq!(sim.writer.keys().copied().collect::<Vec<_>>(), (0..sim.index.len() as u32).collect::<Vec<_>>());
         prop_assert_eq!(sim.index.dropped(), 0);
 
         // Every delivered batch again, newest first: nothing changes.

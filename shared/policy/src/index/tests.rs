@@ -94,7 +94,7 @@ fn a_larger_serial_retires_the_old_count_and_a_smaller_one_is_stale() {
         }
     );
     assert_eq!(totals(&index, 1), (14, 100, 700));
-    assert!(index.drain_changed().all(|m| m.count == 14));
+    assert!(index.drain_changed().all(|(_, m)| m.count == 14));
     assert_eq!(
         index.drain_changed().count(),
         0,
@@ -262,7 +262,7 @@ fn an_earlier_record_of_another_incarnation_takes_the_metadata_over() {
         Some(edge(1, 1))
     );
     index.apply(&b(), 1, &[snap_meta(1, 2, 3, 2, 80, 150)]);
-    let changed: Vec<MergedEdge> = index.drain_changed().cloned().collect();
+    let changed: Vec<MergedEdge> = index.drain_changed().map(|(_, m)| m.clone()).collect();
     assert_eq!(changed.len(), 1);
     assert_eq!(changed[0].edge, edge(1, 2));
     assert_eq!(changed[0].first_seen, Timestamp(80));
@@ -274,7 +274,7 @@ fn drain_changed_returns_each_changed_key_once_then_nothing() {
     index.apply(&a(), 1, &[snap(1, 1, 1, 0, 0), snap(2, 2, 1, 0, 0)]);
     index.apply(&a(), 1, &[snap(1, 1, 2, 0, 5)]);
     let keys = |index: &mut EdgeIndex| -> BTreeSet<EdgeKey> {
-        index.drain_changed().map(MergedEdge::key).collect()
+        index.drain_changed().map(|(_, m)| m.key()).collect()
     };
     assert_eq!(
         keys(&mut index),
@@ -295,6 +295,25 @@ fn drain_changed_returns_each_changed_key_once_then_nothing() {
     index.apply(&a(), 1, &[snap(1, 1, 9, 0, 5)]);
     drop(index.drain_changed());
     assert!(keys(&mut index).is_empty());
+}
+
+#[test]
+fn slots_follow_insertion_and_merged_from_gives_the_keys_inserted_since() {
+    let mut index = EdgeIndex::new(10);
+    index.apply(&a(), 1, &[snap(1, 1, 1, 0, 0), snap(2, 2, 1, 0, 0)]);
+    let first: Vec<(u32, EdgeKey)> = index.drain_changed().map(|(s, m)| (s, m.key())).collect();
+    assert_eq!(
+        BTreeSet::from_iter(first),
+        BTreeSet::from([(0, EdgeKey::of(&edge(1, 0))), (1, EdgeKey::of(&edge(2, 0)))])
+    );
+    let held = index.len();
+    // A known key keeps its slot; a new one takes the next.
+    index.apply(&a(), 1, &[snap(1, 1, 5, 0, 0), snap(3, 3, 1, 0, 0)]);
+    let slots: BTreeSet<u32> = index.drain_changed().map(|(s, _)| s).collect();
+    assert_eq!(slots, BTreeSet::from([0, 2]));
+    let new: Vec<EdgeKey> = index.merged_from(held).map(MergedEdge::key).collect();
+    assert_eq!(new, [EdgeKey::of(&edge(3, 0))]);
+    assert_eq!(index.merged_from(index.len() + 5).count(), 0);
 }
 
 /// Memory per distinct edge, fixed part (what the index adds on top of the strings and
