@@ -74,6 +74,13 @@ impl WorkloadNetworkPolicyProposalStatus {
             shown.push(format!("+{}", ports.len() - PORTS_SHOWN));
         }
         self.ports = shown.join(",");
+        self.summarize_times();
+    }
+
+    /// Sets the summary fields that follow the rows' times (`lastSeen`, `lastLearned`),
+    /// for rows whose peers, protocols and ports did not change since
+    /// [`WorkloadNetworkPolicyProposalStatus::summarize`].
+    pub fn summarize_times(&mut self) {
         self.last_seen = self
             .peers
             .iter()

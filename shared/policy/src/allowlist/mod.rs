@@ -23,6 +23,7 @@
 //! several ports is one rule; peers with the same port set stay separate rules, so each
 //! rule maps to one peer's evidence and rules do not reshape as ports are learned.
 
+mod incremental;
 mod peer;
 pub(crate) mod render;
 mod summary;
@@ -36,6 +37,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use ne_crds::Backend;
 use serde::Serialize;
 
+pub use incremental::Incremental;
 pub use peer::{NAMESPACE_NAME_LABEL, PeerKey, SelectorKey, host_cidr};
 pub use render::{
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, MAX_NAME_LEN, PeerEvidenceRow, Proposal, RenderError,
@@ -247,7 +249,7 @@ impl<'r> Learner<'r> {
     /// Learns from one aggregated edge.
     pub fn add(&mut self, e: AggregatedEdge<'_>) {
         self.summary.input.add(e.count);
-        if let Err(why) = self.check_edge(e.edge) {
+        if let Err(why) = check_edge(self.provider, e.edge) {
             self.summary
                 .invalid_edges
                 .entry(why)
@@ -262,6 +264,7 @@ impl<'r> Learner<'r> {
             &mut self.subject_keys,
             e.edge,
             seen,
+            |key| key,
         ) {
             Ok(found) => found,
             Err(skip) => {
@@ -283,6 +286,7 @@ impl<'r> Learner<'r> {
             &mut self.peer_keys,
             e.edge,
             seen,
+            |key| key,
         );
         let entry = self
             .entries
@@ -325,24 +329,6 @@ impl<'r> Learner<'r> {
                 };
                 tally.add(e.count);
             }
-        }
-    }
-
-    fn check_edge(&self, edge: &Edge) -> Result<(), InvalidEdge> {
-        if edge.port == 0 {
-            return Err(InvalidEdge::NoPort);
-        }
-        if !self.provider.learns(edge.direction) {
-            return Err(InvalidEdge::DirectionNotLearned);
-        }
-        let expressible = match self.provider {
-            Provider::Istio => edge.protocol == Protocol::Tcp,
-            Provider::Cilium | Provider::Calico => edge.protocol.is_policy_protocol(),
-        };
-        if expressible {
-            Ok(())
-        } else {
-            Err(InvalidEdge::Protocol)
         }
     }
 
@@ -393,18 +379,39 @@ impl<'r> Learner<'r> {
     }
 }
 
+/// Whether `edge` can be part of a rule for `provider` at all.
+fn check_edge(provider: Provider, edge: &Edge) -> Result<(), InvalidEdge> {
+    if edge.port == 0 {
+        return Err(InvalidEdge::NoPort);
+    }
+    if !provider.learns(edge.direction) {
+        return Err(InvalidEdge::DirectionNotLearned);
+    }
+    let expressible = match provider {
+        Provider::Istio => edge.protocol == Protocol::Tcp,
+        Provider::Cilium | Provider::Calico => edge.protocol.is_policy_protocol(),
+    };
+    if expressible {
+        Ok(())
+    } else {
+        Err(InvalidEdge::Protocol)
+    }
+}
+
 fn excluded(options: &LearnOptions, namespace: Option<&str>) -> bool {
     namespace.is_some_and(|ns| options.exclude_namespaces.contains(ns))
 }
 
-/// The allow-list an edge belongs to: its subject's owner and selector.
-fn subject<'k>(
+/// The allow-list an edge belongs to: its subject's owner and selector, the selector as
+/// `to_key` keeps it.
+fn subject<'k, K: Clone>(
     resolver: &dyn Resolver,
     options: &LearnOptions,
-    keys: &'k mut Keys<SelectorKey, Unresolved>,
+    keys: &'k mut Keys<K, Unresolved>,
     edge: &Edge,
     seen: Seen,
-) -> Result<(WorkloadRef, Cow<'k, SelectorKey>), SubjectSkip> {
+    to_key: impl FnOnce(SelectorKey) -> K,
+) -> Result<(WorkloadRef, Cow<'k, K>), SubjectSkip> {
     if excluded(options, edge.subject.id.namespace()) {
         return Err(SubjectSkip::Excluded);
     }
@@ -431,26 +438,28 @@ fn subject<'k>(
             .as_ref()
             .map(SelectorKey::new)
             .filter(|s| !s.is_empty())
+            .map(to_key)
             .ok_or(Unresolved::NoSelector)
     };
     let selector = made_once(keys, &resolution, make).map_err(SubjectSkip::Unresolved)?;
     Ok((owner, selector))
 }
 
-/// What an edge's peer is as a rule.
-fn peer<'k>(
+/// What an edge's peer is as a rule, the peer key as `to_key` keeps it.
+fn peer<'k, K: Clone>(
     provider: Provider,
     resolver: &dyn Resolver,
-    keys: &'k mut Keys<PeerKey, PeerSkip>,
+    keys: &'k mut Keys<K, PeerSkip>,
     edge: &Edge,
     seen: Seen,
-) -> Result<Cow<'k, PeerKey>, PeerOmission> {
+    to_key: impl FnOnce(PeerKey) -> K,
+) -> Result<Cow<'k, K>, PeerOmission> {
     let unresolved = |why| Err(PeerOmission::Unresolved(why));
     if provider == Provider::Istio {
         return match edge.peer.identity.as_deref().filter(|id| !id.is_empty()) {
-            Some(id) => Ok(Cow::Owned(PeerKey::Principal(
+            Some(id) => Ok(Cow::Owned(to_key(PeerKey::Principal(
                 id.strip_prefix("spiffe://").unwrap_or(id).to_owned(),
-            ))),
+            )))),
             None => unresolved(PeerSkip::NoIdentity),
         };
     }
@@ -458,17 +467,17 @@ fn peer<'k>(
     match &*resolution {
         Resolution::Pod(p) => {
             let make = || match &p.selector {
-                Some(s) => Ok(PeerKey::Pods {
+                Some(s) => Ok(to_key(PeerKey::Pods {
                     namespace: p.namespace.to_string(),
                     selector: SelectorKey::new(s),
-                }),
+                })),
                 None => Err(PeerSkip::NoSelector),
             };
             made_once(keys, &resolution, make).map_err(PeerOmission::Unresolved)
         }
-        Resolution::External(ip) => Ok(Cow::Owned(PeerKey::Address(*ip))),
+        Resolution::External(ip) => Ok(Cow::Owned(to_key(PeerKey::Address(*ip)))),
         Resolution::Reserved(Reserved::World) => match edge.peer.ip {
-            Some(ip) => Ok(Cow::Owned(PeerKey::Address(ip))),
+            Some(ip) => Ok(Cow::Owned(to_key(PeerKey::Address(ip)))),
             None => unresolved(PeerSkip::WorldWithoutAddress),
         },
         Resolution::Reserved(Reserved::Init | Reserved::Unknown) => {

@@ -170,30 +170,53 @@ pub fn render_proposal_with_status(
     for (peer, ports) in &list.peers {
         let text = peer.to_string();
         for (&(protocol, port), e) in ports {
-            peers.push(PeerEvidence {
+            let mut row = PeerEvidence {
                 peer: text.clone(),
                 protocol: protocol.as_str().to_owned(),
                 port: i32::from(port),
-                first_seen: kube_time(e.first_seen),
-                last_seen: kube_time(e.last_seen),
-                flow_count: i64::try_from(e.flow_count).unwrap_or(i64::MAX),
-                dns_name: (!e.dns.is_empty()).then(|| {
-                    let names: Vec<&str> = e.dns.iter().map(|d| &**d).collect();
-                    names.join(",")
-                }),
-            });
+                first_seen: Time(jiff::Timestamp::UNIX_EPOCH),
+                last_seen: Time(jiff::Timestamp::UNIX_EPOCH),
+                flow_count: 0,
+                dns_name: None,
+            };
+            set_evidence(&mut row, e);
+            peers.push(row);
         }
     }
     let mut status = WorkloadNetworkPolicyProposalStatus {
-        learning_since: Some(kube_time(list.learning_since().unwrap_or_default())),
         conditions: Vec::new(),
         peers,
-        flow_count: i64::try_from(list.flow_count()).unwrap_or(i64::MAX),
         ..WorkloadNetworkPolicyProposalStatus::default()
     };
+    set_totals(
+        &mut status,
+        list.learning_since().unwrap_or_default(),
+        list.flow_count(),
+    );
     status.summarize();
     object.status = Some(status);
     Ok(object)
+}
+
+/// Sets the values of one status row from its evidence.
+pub(crate) fn set_evidence(row: &mut PeerEvidence, e: &Evidence) {
+    row.first_seen = kube_time(e.first_seen);
+    row.last_seen = kube_time(e.last_seen);
+    row.flow_count = i64::try_from(e.flow_count).unwrap_or(i64::MAX);
+    row.dns_name = (!e.dns.is_empty()).then(|| {
+        let names: Vec<&str> = e.dns.iter().map(|d| &**d).collect();
+        names.join(",")
+    });
+}
+
+/// Sets a status's `learningSince` and flow count.
+pub(crate) fn set_totals(
+    status: &mut WorkloadNetworkPolicyProposalStatus,
+    learning_since: Timestamp,
+    flows: u64,
+) {
+    status.learning_since = Some(kube_time(learning_since));
+    status.flow_count = i64::try_from(flows).unwrap_or(i64::MAX);
 }
 
 /// The proposal object of `list`, without status.

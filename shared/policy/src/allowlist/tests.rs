@@ -11,7 +11,7 @@ use crate::resolve::ResolvedPod;
 use ne_flow::flow::{Endpoint, EndpointId, labels};
 
 /// A resolver over a fixed map; addresses and reserved identities resolve to themselves.
-struct MapResolver(HashMap<EndpointId, Resolution>);
+pub(super) struct MapResolver(pub(super) HashMap<EndpointId, Resolution>);
 
 impl Resolver for MapResolver {
     fn resolve_at(&self, endpoint: &Endpoint, _: crate::resolve::Seen) -> Resolution {
@@ -24,7 +24,7 @@ impl Resolver for MapResolver {
     }
 }
 
-fn wref(ns: &str, kind: WorkloadKind, name: &str) -> WorkloadRef {
+pub(super) fn wref(ns: &str, kind: WorkloadKind, name: &str) -> WorkloadRef {
     WorkloadRef {
         namespace: ns.into(),
         kind,
@@ -34,7 +34,7 @@ fn wref(ns: &str, kind: WorkloadKind, name: &str) -> WorkloadRef {
 
 /// A resolved pod of workload `ns/kind/name` with labels `app=<name>` and selector
 /// `app=<name>`.
-fn pod(ns: &str, kind: WorkloadKind, name: &str) -> ResolvedPod {
+pub(super) fn pod(ns: &str, kind: WorkloadKind, name: &str) -> ResolvedPod {
     ResolvedPod {
         namespace: ns.into(),
         owner: Some(wref(ns, kind, name)),
@@ -47,7 +47,7 @@ fn pod(ns: &str, kind: WorkloadKind, name: &str) -> ResolvedPod {
 }
 
 /// The endpoint of workload `ns/kind/name`, with its principal.
-fn ep(ns: &str, kind: WorkloadKind, name: &str) -> Endpoint {
+pub(super) fn ep(ns: &str, kind: WorkloadKind, name: &str) -> Endpoint {
     Endpoint::new(EndpointId::Workload(wref(ns, kind, name)))
         .with_identity(Some(format!("cluster.local/ns/{ns}/sa/{name}").into()))
 }
@@ -80,13 +80,13 @@ fn edge(
 }
 
 /// An edge with its aggregate: count and first/last seen in seconds.
-type Agg = (Edge, u64, i64, i64);
+pub(super) type Agg = (Edge, u64, i64, i64);
 
 fn agg(edge: Edge, count: u64, first: i64, last: i64) -> Agg {
     (edge, count, first, last)
 }
 
-fn run(
+pub(super) fn run(
     edges: &[Agg],
     resolver: &MapResolver,
     provider: Provider,
@@ -108,7 +108,7 @@ use WorkloadKind::{CronJob, DaemonSet, Deployment, Job, Pod, ReplicaSet, Statefu
 /// shop/web (Deployment), shop/db (StatefulSet), other/agent (DaemonSet),
 /// kube-system/coredns (Deployment), batch/report (Job), batch/nightly (CronJob),
 /// batch/debug (Pod), batch/legacy (ReplicaSet).
-fn cluster() -> MapResolver {
+pub(super) fn cluster() -> MapResolver {
     let mut m = HashMap::new();
     for (ns, kind, name) in [
         ("shop", Deployment, "web"),
@@ -133,12 +133,12 @@ fn db() -> Endpoint {
     ep("shop", StatefulSet, "db")
 }
 
-fn no_options() -> LearnOptions {
+pub(super) fn no_options() -> LearnOptions {
     LearnOptions::default()
 }
 
 /// Every input edge is counted exactly once.
-fn assert_accounted(s: &LearnSummary) {
+pub(super) fn assert_accounted(s: &LearnSummary) {
     let sum = |m: &mut dyn Iterator<Item = &Tally>| {
         m.fold(Tally::default(), |a, t| Tally {
             edges: a.edges + t.edges,
@@ -850,7 +850,7 @@ fn universe_subjects() -> Vec<Endpoint> {
     ]
 }
 
-fn arb_edge() -> impl Strategy<Value = Agg> {
+pub(super) fn arb_edge() -> impl Strategy<Value = Agg> {
     let protos = prop_oneof![
         Just(Protocol::Tcp),
         Just(Protocol::Udp),
@@ -883,7 +883,7 @@ fn arb_edge() -> impl Strategy<Value = Agg> {
         })
 }
 
-fn arb_provider() -> impl Strategy<Value = Provider> {
+pub(super) fn arb_provider() -> impl Strategy<Value = Provider> {
     prop_oneof![
         Just(Provider::Cilium),
         Just(Provider::Calico),
