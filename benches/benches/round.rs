@@ -1,5 +1,6 @@
 //! One controller round's work after the resolver snapshot, at a large cluster's size:
-//! learning (merged edges → proposals), violation detection (every forwarded edge whose
+//! learning (merged edges → proposals: every edge in one go, as rounds did before, and the
+//! 1 % that changed into what was learned, as they do now), violation detection (every forwarded edge whose
 //! subject a monitor-mode policy covers, checked with the policy's real semantics), the
 //! `ProtectSafe` facts, and the planner over all of it. Each stage is timed alone, on the
 //! output of the one before, as `Controller::round` chains them.
@@ -95,6 +96,24 @@ fn round(c: &mut Criterion) {
     let mut group = c.benchmark_group("round");
     group.sample_size(10);
     group.bench_function("learn", |b| b.iter(|| black_box(fixture.learn())));
+    // What a round learns now: the 1 % of the edges that changed, into the allow-lists
+    // learned so far; and every edge again, as after the cluster changed.
+    let mut learning = fixture.learning();
+    let mut rounds = 0;
+    group.bench_function("learn changed (1 %)", |b| {
+        b.iter(|| {
+            rounds += 1;
+            learning.take(fixture.changes(EDGES / 100, rounds));
+            black_box(learning.learn(snapshot, 0))
+        })
+    });
+    let mut generation = 0;
+    group.bench_function("learn every edge again (resolver changed)", |b| {
+        b.iter(|| {
+            generation += 1;
+            black_box(learning.learn(snapshot, generation))
+        })
+    });
     group.bench_function("detect", |b| {
         b.iter(|| {
             black_box(detect(

@@ -11,7 +11,8 @@ use ne_flow::edge::{Edge, Provider};
 use ne_flow::flow::{
     Direction, Endpoint, EndpointId, Protocol, Timestamp, WorkloadKind, WorkloadRef,
 };
-use ne_leader::learning::{self, Learned};
+use ne_leader::ingest::Changes;
+use ne_leader::learning::{self, Learned, Learning};
 use ne_policy::allowlist::LearnOptions;
 use ne_policy::index::MergedEdge;
 use ne_policy::resolve::ClusterSnapshot;
@@ -98,7 +99,8 @@ impl Fixture {
         fixture
     }
 
-    /// The learn stage: the merged edges → proposals.
+    /// The learn stage as a round did it before rounds learned what changed: every merged
+    /// edge → proposals, in one go.
     pub fn learn(&self) -> Learned {
         learning::learn(
             learning::merged(&self.edges),
@@ -106,6 +108,38 @@ impl Fixture {
             Provider::Cilium,
             &LearnOptions::default(),
         )
+    }
+
+    /// The leader's learning after its first round: every edge taken in and learned,
+    /// with the resolver of generation 0.
+    pub fn learning(&self) -> Learning {
+        let mut learning = Learning::new(Provider::Cilium, LearnOptions::default());
+        learning.take(self.changes(EDGES, 0));
+        learning.learn(&self.snapshot, 0);
+        learning
+    }
+
+    /// What changed in the index in a round where `n` edges each saw `round` more flows,
+    /// the last of them `round` seconds later: every 101st slot, round the index, so that
+    /// the edges changed are of as many allow-lists as they can be (101 is prime to the
+    /// number of edges and of Deployments).
+    pub fn changes(&self, n: usize, round: u64) -> Changes {
+        let len = self.edges.len();
+        let edges = (0..n.min(len))
+            .map(|k| (k * 101) % len)
+            .map(|at| {
+                let slot = u32::try_from(at).unwrap_or(u32::MAX);
+                let mut m = self.edges[at].clone();
+                m.count += round;
+                m.last_seen =
+                    Timestamp(m.last_seen.0 + i64::try_from(round).unwrap_or(0) * 1_000_000_000);
+                (slot, m)
+            })
+            .collect();
+        Changes {
+            edges,
+            ..Changes::default()
+        }
     }
 }
 

@@ -9,9 +9,10 @@
 //!   budget), only while this replica leads, and reports what a violation write carried as
 //!   log events once it succeeded.
 //!
-//! One round per `--flush-interval` on the leader: resolve the merged edge index against
-//! the cluster (the resolver is rebuilt only after the cluster changed), render and merge
-//! proposals, turn the round's traffic, denials and dry-run denials into observations
+//! One round per `--flush-interval` on the leader: resolve the edges that changed in the
+//! merged index against the cluster (every edge after the cluster changed; the resolver
+//! itself takes only the objects that changed), learn and render the allow-lists they
+//! touched, merge proposals, turn the round's traffic, denials and dry-run denials into observations
 //! ([`crate::violations`]; unattributed ones are reported here), plan, write. A round whose
 //! cluster already matches writes nothing.
 
@@ -36,15 +37,14 @@ use kube::Client;
 use ne_crds::Backend;
 use ne_flow::edge::Provider;
 use ne_flow::flow::Timestamp;
-use ne_policy::allowlist::{LearnOptions, backend_for};
-use ne_policy::index::MergedEdge;
+use ne_policy::allowlist::{Incremental, LearnOptions, backend_for};
 use ne_policy::resolve::{ClusterSnapshot, GonePod};
 use ne_telemetry::logs::LogSender;
 
 pub use error::Error;
 
 use crate::ingest::Leadership;
-use crate::learning::{self, Learned};
+use crate::learning::Learning;
 use crate::violations::detect::{self, Detected, Traffic};
 use metrics::{ControllerLabel, ReasonLabel};
 use ne_crds::WorkloadNetworkPolicy;
@@ -178,25 +178,26 @@ impl Controller {
     /// traffic as observations of the policies) → check the policies' rules → plan → write.
     /// A failed write is counted and planned again next round; the round itself cannot
     /// fail.
-    pub async fn round(&mut self, traffic: Traffic<'_>, leader: &dyn Leadership) -> Round {
+    pub async fn round(&mut self, learning: &mut Learning, leader: &dyn Leadership) -> Round {
         let started = Instant::now();
         let cluster = self.cluster_view();
-        let learned = self.learn(traffic.edges, &cluster.snapshot);
+        let changed = self.learn(learning, &cluster);
+        let learned = learning.learned();
         let mut policies = owned(&self.stores.policies);
         overlay(&mut policies, &mut self.written);
-        let detected = self.detect(traffic, &policies, &cluster.snapshot);
+        let detected = self.detect(learning.traffic(), &policies, &cluster.snapshot);
         let rule_issues = self
             .rules
             .check(&policies, &cluster.snapshot, cluster.generation);
         let proposals = owned(&self.stores.proposals);
         let safety = safety::facts(
             &policies,
-            proposals.iter().chain(&learned.proposals),
+            proposals.iter().chain(learned.proposals()),
             &cluster.snapshot,
-            &learned.summary.allow_lists,
+            learned.allow_lists(),
             self.settings.host_traffic,
         );
-        let plan = self.plan(&learned, &policies, &detected, &rule_issues, &safety);
+        let plan = self.plan(learned, &policies, &detected, &rule_issues, &safety);
         let outcome = self.write(plan, leader).await;
         self.resolver = Some(cluster);
         self.metrics
@@ -205,10 +206,7 @@ impl Controller {
                 controller: "proposals",
             })
             .observe(started.elapsed().as_secs_f64());
-        Round {
-            proposals: learned.proposals,
-            outcome,
-        }
+        Round { changed, outcome }
     }
 
     /// The resolver of the cluster's current state and its recent past: the last round's,
@@ -281,16 +279,16 @@ impl Controller {
             .set(i64::try_from(self.history.bytes()).unwrap_or(i64::MAX));
     }
 
-    /// Learning: the merged edges, resolved against the cluster, as proposals; what could
-    /// not be resolved or expressed is exported as gauges.
-    fn learn(&self, merged: &[MergedEdge], cluster: &ClusterSnapshot) -> Learned {
-        let learned = learning::learn(
-            learning::merged(merged),
-            cluster,
-            self.settings.provider,
-            &self.settings.options,
-        );
-        let summary = &learned.summary;
+    /// Learning: the edges changed since the last round (every edge after the cluster
+    /// changed), resolved against the cluster, into the proposals; what could not be
+    /// resolved or expressed is exported as gauges. Whether anything learned changed.
+    fn learn(&self, learning: &mut Learning, cluster: &ClusterView) -> bool {
+        let changed = learning.learn(&cluster.snapshot, cluster.generation);
+        if !changed {
+            return false;
+        }
+        let learned = learning.learned();
+        let summary = learned.counts();
         set_by_reason(
             &self.metrics.unresolved_subjects,
             summary
@@ -305,10 +303,10 @@ impl Controller {
                 .iter()
                 .map(|(why, t)| (why.as_str(), t.edges)),
         );
-        for what in &learned.unrendered {
+        for what in learned.unrendered() {
             tracing::warn!(allow_list = %what, "cannot render a proposal; the others are written");
         }
-        learned
+        true
     }
 
     /// Detection: the round's traffic as observations of the policies it concerns;
@@ -335,7 +333,7 @@ impl Controller {
     /// Planning, against the caches (with the violation fields this replica wrote).
     fn plan(
         &self,
-        learned: &Learned,
+        learned: &Incremental,
         policies: &[WorkloadNetworkPolicy],
         detected: &Detected,
         rule_issues: &BTreeMap<(String, String), plan::RuleIssues>,
@@ -347,7 +345,7 @@ impl Controller {
         let authorization_policies = self.stores.authorization_policies.as_ref().map(owned);
         let now = now();
         let world = World {
-            learned: &learned.proposals,
+            learned: learned.proposals(),
             workloads: &workloads,
             proposals: &proposals,
             policies,
@@ -359,7 +357,7 @@ impl Controller {
             now: &now,
         };
         let plan = plan::plan(&world, &self.config);
-        let unrendered = u64::try_from(learned.unrendered.len()).unwrap_or(u64::MAX);
+        let unrendered = u64::try_from(learned.unrendered().count()).unwrap_or(u64::MAX);
         set_by_reason(
             &self.metrics.proposals_skipped,
             plan.skipped
@@ -394,9 +392,9 @@ impl Controller {
 /// What a round did.
 #[derive(Debug)]
 pub struct Round {
-    /// The proposals learned this round, resolved against the cluster (what
-    /// `run --output` writes).
-    pub proposals: Vec<ne_crds::WorkloadNetworkPolicyProposal>,
+    /// Whether what was learned changed this round (the proposals `run --output` writes
+    /// are the `Learning`'s).
+    pub changed: bool,
     pub outcome: Outcome,
 }
 

@@ -34,6 +34,7 @@ use crate::cli::{ProviderArg, RunArgs};
 use crate::controller::metrics::ControllerMetrics;
 use crate::controller::{Controller, Settings};
 use crate::ingest::{IndexHandle, IngestService, LeaderMetrics};
+use crate::learning::Learning;
 
 impl From<ProviderArg> for Provider {
     fn from(p: ProviderArg) -> Self {
@@ -85,10 +86,8 @@ async fn serve(args: &RunArgs) -> anyhow::Result<()> {
     let mut rounds = Rounds {
         index,
         controller,
-        provider,
-        options,
+        learning: Learning::new(provider, options),
         output: args.output.clone(),
-        reported: Vec::new(),
     };
     rounds
         .run(args.flush_interval, &leadership, runtime::shutdown_signal())

@@ -1,32 +1,27 @@
-//! The leader's rounds: every flush interval, while this replica leads, the merged index
-//! goes through the controller's pipeline (or, without a controller, through learning
-//! alone), and the round's proposals go to `--output`.
+//! The leader's rounds: every flush interval, while this replica leads, what changed in the
+//! merged index goes through the controller's pipeline (or, without a controller, through
+//! learning alone), and the proposals go to `--output` when they changed.
 
 use std::future::Future;
 use std::time::Duration;
 
 use ne_crds::WorkloadNetworkPolicyProposal;
-use ne_flow::edge::Provider;
-use ne_policy::allowlist::LearnOptions;
 use ne_policy::resolve::RecordOnly;
 
 use super::leadership::Leader;
 use crate::controller::Controller;
 use crate::ingest::{IndexHandle, Leadership};
-use crate::violations::detect::Traffic;
-use crate::{learning, output};
+use crate::learning::Learning;
+use crate::output;
 
-/// The leader's rounds: every flush interval, while this replica leads, the merged index
-/// goes through the controller (or, without one, through learning alone) and the
-/// proposals to `--output`.
+/// The leader's rounds: every flush interval, while this replica leads, what changed in
+/// the merged index goes through the controller (or, without one, through learning alone)
+/// and the proposals to `--output`.
 pub(super) struct Rounds {
     pub(super) index: IndexHandle,
     pub(super) controller: Option<Controller>,
-    pub(super) provider: Provider,
-    pub(super) options: LearnOptions,
+    pub(super) learning: Learning,
     pub(super) output: Option<String>,
-    /// The proposals last reported.
-    pub(super) reported: Vec<WorkloadNetworkPolicyProposal>,
 }
 
 impl Rounds {
@@ -50,33 +45,33 @@ impl Rounds {
     }
 
     async fn round(&mut self, leadership: &Leader) -> anyhow::Result<()> {
-        let held = self.index.read().await?;
-        let merged = &held.edges;
-        let traffic = Traffic {
-            edges: merged,
-            denials: &held.denials,
-            audits: &held.audits,
-        };
-        // The round's proposals, resolved against the cluster; without a controller, as
-        // the agents resolved them.
-        let proposals = match self.controller.as_mut() {
-            Some(controller) => controller.round(traffic, leadership).await.proposals,
+        self.learning.take(self.index.changes().await?);
+        // The proposals, resolved against the cluster; without a controller, as the agents
+        // resolved them (a resolver that never changes: generation 0).
+        let changed = match self.controller.as_mut() {
+            Some(controller) => {
+                controller
+                    .round(&mut self.learning, leadership)
+                    .await
+                    .changed
+            }
             None => {
-                let learned = learning::learn(
-                    learning::merged(merged),
-                    &RecordOnly,
-                    self.provider,
-                    &self.options,
-                );
-                for what in &learned.unrendered {
-                    tracing::warn!(allow_list = %what, "cannot render a proposal; the others are written");
+                let changed = self.learning.learn(&RecordOnly, 0);
+                if changed {
+                    for what in self.learning.learned().unrendered() {
+                        tracing::warn!(allow_list = %what, "cannot render a proposal; the others are written");
+                    }
                 }
-                learned.proposals
+                changed
             }
         };
-        if proposals != self.reported {
-            report_proposals(&proposals, merged.len(), self.output.as_deref());
-            self.reported = proposals;
+        if changed {
+            let edges = self.learning.traffic().edges.len();
+            report_proposals(
+                self.learning.learned().proposals(),
+                edges,
+                self.output.as_deref(),
+            );
         }
         Ok(())
     }

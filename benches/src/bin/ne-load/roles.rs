@@ -30,7 +30,8 @@ use ne_flow::edge::Provider;
 use ne_flow::table::{EdgeKey, FlowTable};
 use ne_leader::auth::Insecure;
 use ne_leader::controller::plan::{self, Action, Config, Workload, WorkloadKey, World};
-use ne_leader::ingest::{IndexHandle, IngestLimits, IngestService, LeaderMetrics};
+use ne_leader::ingest::{Changes, IndexHandle, IngestLimits, IngestService, LeaderMetrics};
+use ne_leader::learning::Learning;
 use ne_leader::violations::detect::{Traffic, detect};
 use ne_node_agent::metrics::AgentMetrics;
 use ne_node_agent::ship;
@@ -235,8 +236,9 @@ impl Flusher {
         }
     }
 
-    /// Notes the keys not seen before; their first flow's age is the latency.
-    fn probe(&mut self, merged: &[MergedEdge]) {
+    /// Notes the keys of `merged` not seen before; their first flow's age is the latency.
+    /// The index holds `held` keys.
+    fn probe<'m>(&mut self, merged: impl IntoIterator<Item = &'m MergedEdge>, held: usize) {
         let now = now_nanos();
         for m in merged {
             if self.seen.insert(m.key()) && self.marked {
@@ -244,20 +246,22 @@ impl Flusher {
                 self.new_keys.saturating_record(us);
             }
         }
-        self.report.edges = merged.len() as u64;
+        self.report.edges = held as u64;
     }
 
-    /// One flush interval: the writes the controller would make (`ApplyProposal` spec and
-    /// status), carried out on the in-memory cluster.
-    fn flush(&mut self, merged: &[MergedEdge]) -> anyhow::Result<()> {
-        let proposals = ne_leader::learning::learn(
-            ne_leader::learning::merged(merged),
-            &ne_policy::resolve::RecordOnly,
-            self.provider,
-            &self.options,
-        )
-        .proposals;
-        for p in &proposals {
+    /// A learner as the leader's rounds start with.
+    fn learning(&self) -> Learning {
+        Learning::new(self.provider, self.options.clone())
+    }
+
+    /// One flush interval: learns what `learning` took in since the last flush, and carries
+    /// out the writes the controller would make (`ApplyProposal` spec and status) on the
+    /// in-memory cluster.
+    fn flush(&mut self, learning: &mut Learning) -> anyhow::Result<()> {
+        // A resolver that never changes: generation 0.
+        learning.learn(&ne_policy::resolve::RecordOnly, 0);
+        let proposals = learning.learned().proposals();
+        for p in proposals {
             let namespace = p.metadata.namespace.clone().unwrap_or_default();
             let target = &p.spec.target_ref;
             let key = (namespace, target.kind, target.name.clone());
@@ -273,7 +277,7 @@ impl Flusher {
         );
         let detected = detect(
             Traffic {
-                edges: merged,
+                edges: learning.traffic().edges,
                 ..Traffic::default()
             },
             &self.policies,
@@ -281,7 +285,7 @@ impl Flusher {
             self.config.backend,
         );
         let world = World {
-            learned: &proposals,
+            learned: proposals,
             workloads: &self.workloads,
             proposals: &self.cluster,
             policies: &self.policies,
@@ -381,8 +385,12 @@ pub async fn leader(args: RoleArgs) -> anyhow::Result<()> {
         ..Report::default()
     });
     let mut flusher = Flusher::new();
+    let mut learning = flusher.learning();
     let mut probe = tokio::time::interval(args.probe_interval);
     let mut flush = tokio::time::interval(args.flush_interval);
+    // Keys take slots in insertion order: the probe reads the keys inserted since it last
+    // looked, the rounds what changed.
+    let mut probed = 0;
     let report = |flusher: &Flusher| Report {
         batch_bytes: metrics.batch_bytes_received.get(),
         batch_edges: metrics.edges_received.get(),
@@ -394,12 +402,18 @@ pub async fn leader(args: RoleArgs) -> anyhow::Result<()> {
     };
     loop {
         tokio::select! {
-            _ = probe.tick() => flusher.probe(&index.read().await?.edges),
+            _ = probe.tick() => {
+                let new = index.inserted_since(probed).await?;
+                probed += new.len();
+                flusher.probe(&new, probed);
+            }
             _ = flush.tick() => {
                 let started = std::time::Instant::now();
-                let merged = index.read().await?.edges;
-                flusher.probe(&merged);
-                flusher.flush(&merged)?;
+                learning.take(index.changes().await?);
+                let new = index.inserted_since(probed).await?;
+                probed += new.len();
+                flusher.probe(&new, probed);
+                flusher.flush(&mut learning)?;
                 flusher.round_took(started.elapsed());
             }
             command = commands.recv() => match command {
@@ -452,12 +466,22 @@ pub async fn central(sockets: Vec<PathBuf>, args: RoleArgs) -> anyhow::Result<()
     };
     loop {
         tokio::select! {
-            _ = probe.tick() => flusher.probe(&merged(&table)),
+            _ = probe.tick() => {
+                let merged = merged(&table);
+                flusher.probe(&merged, merged.len());
+            }
             _ = flush.tick() => {
+                // Every flow into one table, and every edge learned again each flush, as
+                // the central design does.
                 let started = std::time::Instant::now();
                 let merged = merged(&table);
-                flusher.probe(&merged);
-                flusher.flush(&merged)?;
+                flusher.probe(&merged, merged.len());
+                let mut learning = flusher.learning();
+                learning.take(Changes {
+                    edges: (0..).zip(merged).collect(),
+                    ..Changes::default()
+                });
+                flusher.flush(&mut learning)?;
                 flusher.round_took(started.elapsed());
             }
             command = commands.recv() => match command {
