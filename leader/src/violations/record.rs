@@ -9,6 +9,7 @@
 //! new record (with a new id).
 
 use std::collections::BTreeMap;
+use std::hash::BuildHasher as _;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use ne_crds::{
@@ -114,40 +115,122 @@ fn earlier(a: &Time, b: &Time) -> Time {
     if b.0 < a.0 { b.clone() } else { a.clone() }
 }
 
+/// Where the records of a status are, by the hash of their key and of their key without
+/// the port (what a record of an unknown port matches by): each hash's indexes in
+/// ascending order, so that the first record that matches is the one a scan would find.
+/// Hashes only point at candidates; every candidate's key is compared.
+#[derive(Default)]
+struct Lookup {
+    exact: foldhash::HashMap<u64, Vec<usize>>,
+    loose: foldhash::HashMap<u64, Vec<usize>>,
+    hasher: foldhash::fast::FixedState,
+}
+
+impl Lookup {
+    fn of(records: &[ViolationRecord]) -> Self {
+        let mut lookup = Lookup::default();
+        for (i, r) in records.iter().enumerate() {
+            lookup.insert(i, r);
+        }
+        lookup
+    }
+
+    fn hash(&self, key: &Key<'_>) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn hash_loose(&self, key: &Key<'_>) -> u64 {
+        self.hasher.hash_one((key.0, key.1, key.2, key.4, key.5))
+    }
+
+    /// Adds record `i`; records are added in ascending order (a rekeyed one is put in
+    /// its place).
+    fn insert(&mut self, i: usize, r: &ViolationRecord) {
+        let key = key_of(r);
+        let (exact, loose) = (self.hash(&key), self.hash_loose(&key));
+        self.exact.entry(exact).or_default().push(i);
+        self.loose.entry(loose).or_default().push(i);
+    }
+
+    /// Record `i`'s port changed, from a key of hash `old`: it moves to its new key's
+    /// indexes.
+    fn rekey_hashed(&mut self, i: usize, old: u64, r: &ViolationRecord) {
+        if let Some(at) = self.exact.get_mut(&old) {
+            at.retain(|&j| j != i);
+        }
+        let new = self.hash(&key_of(r));
+        let at = self.exact.entry(new).or_default();
+        if let Err(pos) = at.binary_search(&i) {
+            at.insert(pos, i);
+        }
+    }
+
+    /// The first record of `key`, else (one side's port unknown) the first of the same
+    /// tuple on any port.
+    fn find(&self, records: &[ViolationRecord], key: &Key<'_>, port: i32) -> Option<usize> {
+        fn candidates(
+            map: &foldhash::HashMap<u64, Vec<usize>>,
+            hash: u64,
+        ) -> impl Iterator<Item = usize> + '_ {
+            map.get(&hash)
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .copied()
+        }
+        candidates(&self.exact, self.hash(key))
+            .find(|&i| key_of(&records[i]) == *key)
+            .or_else(|| {
+                candidates(&self.loose, self.hash_loose(key)).find(|&i| {
+                    let r = &records[i];
+                    (r.port == UNKNOWN_PORT || port == UNKNOWN_PORT)
+                        && same_but_port(&key_of(r), key)
+                })
+            })
+    }
+}
+
 /// Merges `observations` into `status`: updates the records they match, creates records
 /// for new tuples, keeps the [`MAX_VIOLATION_RECORDS`] most recent (by last seen), and
-/// recounts. Everything else of the status is kept.
+/// recounts. Everything else of the status is kept. A record is found by a hash of its
+/// tuple, so the cost follows the observations, not observations × records.
 pub fn merge(status: &WorkloadNetworkPolicyStatus, observations: &[Observation]) -> Merged {
     let mut next = status.clone();
+    let mut lookup = Lookup::of(&next.violations);
     let mut new = Vec::new();
     let mut updated = Vec::new();
+    let mut noted = foldhash::HashSet::default();
+    let mut note = |id: i64, updated: &mut Vec<i64>| {
+        if noted.insert(id) {
+            updated.push(id);
+        }
+    };
     for o in observations {
         let key = key_of_observation(o);
-        // The record of this tuple: the same port, else (one side's port unknown) the
-        // same tuple on any port.
-        let position = next
-            .violations
-            .iter()
-            .position(|r| key_of(r) == key)
-            .or_else(|| {
-                next.violations.iter().position(|r| {
-                    (r.port == UNKNOWN_PORT || o.port == UNKNOWN_PORT)
-                        && same_but_port(&key_of(r), &key)
-                })
-            });
-        if let Some(r) = position.map(|i| &mut next.violations[i]) {
+        if let Some(i) = lookup.find(&next.violations, &key, o.port) {
+            let r = &mut next.violations[i];
             if r.port == UNKNOWN_PORT && o.port != UNKNOWN_PORT {
                 // The port is known now: the record gets it (and the richer endpoints, and
                 // the reason the rules give, which names the port).
+                let old = (party(&r.source), party(&r.destination));
+                let old_key = (
+                    old.0,
+                    old.1,
+                    r.protocol.as_str(),
+                    r.port,
+                    r.direction,
+                    r.mode,
+                );
+                let old_hash = lookup.hash(&old_key);
                 r.port = o.port;
                 r.source = o.source.clone();
                 r.destination = o.destination.clone();
                 r.reason = Some(o.reason);
                 r.message = Some(o.message.clone());
-                if !updated.contains(&r.id) {
-                    updated.push(r.id);
-                }
+                note(r.id, &mut updated);
+                lookup.rekey_hashed(i, old_hash, r);
             }
+            let r = &mut next.violations[i];
             if r.reason.is_none() {
                 // A record written before reasons were recorded gets one.
                 r.reason = Some(o.reason);
@@ -167,9 +250,7 @@ pub fn merge(status: &WorkloadNetworkPolicyStatus, observations: &[Observation])
             if (count, &first, &last) != (r.count, &r.first_seen, &r.last_seen) {
                 next.violation_count += count - r.count;
                 (r.count, r.first_seen, r.last_seen) = (count, first, last);
-                if !updated.contains(&r.id) {
-                    updated.push(r.id);
-                }
+                note(r.id, &mut updated);
             }
             continue;
         }
@@ -211,15 +292,19 @@ pub fn merge(status: &WorkloadNetworkPolicyStatus, observations: &[Observation])
             message: Some(o.message.clone()),
             denied_by: o.denied_by.clone(),
         });
+        let at = next.violations.len() - 1;
+        lookup.insert(at, &next.violations[at]);
         new.push(id);
     }
     // Newest first; the oldest beyond the cap are dropped (their ids are never reused).
     next.violations
         .sort_by(|a, b| b.last_seen.0.cmp(&a.last_seen.0).then(b.id.cmp(&a.id)));
     next.violations.truncate(MAX_VIOLATION_RECORDS);
-    new.retain(|id| next.violations.iter().any(|r| r.id == *id));
+    let kept: foldhash::HashSet<i64> = next.violations.iter().map(|r| r.id).collect();
+    new.retain(|id| kept.contains(id));
     // One report per record: a record made by this merge is new, not also updated.
-    updated.retain(|id| !new.contains(id) && next.violations.iter().any(|r| r.id == *id));
+    let made: foldhash::HashSet<i64> = new.iter().copied().collect();
+    updated.retain(|id| !made.contains(id) && kept.contains(id));
     next.active_violation_count = next.violations.len() as i64;
     next.last_violation_time = next
         .violations
@@ -334,5 +419,190 @@ pub fn acknowledge(
         moved,
         unknown,
         annotations: annotations.iter().map(|(k, _)| k.clone()).collect(),
+    }
+}
+
+/// [`merge`] held to the scan it replaced (every observation compared with every record,
+/// in order), on statuses made by earlier merges and acknowledgements.
+#[cfg(test)]
+mod scan_tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::violations::tests::{seen, time};
+
+    /// The merge before records were found by hash: what [`merge`] must still do.
+    fn merge_by_scan(status: &WorkloadNetworkPolicyStatus, observations: &[Observation]) -> Merged {
+        let mut next = status.clone();
+        let mut new = Vec::new();
+        let mut updated = Vec::new();
+        for o in observations {
+            let key = key_of_observation(o);
+            // The record of this tuple: the same port, else (one side's port unknown) the
+            // same tuple on any port.
+            let position = next
+                .violations
+                .iter()
+                .position(|r| key_of(r) == key)
+                .or_else(|| {
+                    next.violations.iter().position(|r| {
+                        (r.port == UNKNOWN_PORT || o.port == UNKNOWN_PORT)
+                            && same_but_port(&key_of(r), &key)
+                    })
+                });
+            if let Some(r) = position.map(|i| &mut next.violations[i]) {
+                if r.port == UNKNOWN_PORT && o.port != UNKNOWN_PORT {
+                    // The port is known now: the record gets it (and the richer endpoints, and
+                    // the reason the rules give, which names the port).
+                    r.port = o.port;
+                    r.source = o.source.clone();
+                    r.destination = o.destination.clone();
+                    r.reason = Some(o.reason);
+                    r.message = Some(o.message.clone());
+                    if !updated.contains(&r.id) {
+                        updated.push(r.id);
+                    }
+                }
+                if r.reason.is_none() {
+                    // A record written before reasons were recorded gets one.
+                    r.reason = Some(o.reason);
+                    r.message = Some(o.message.clone());
+                }
+                if o.denied_by.is_some() && r.denied_by != o.denied_by {
+                    // The data plane names the policy (or another one now): the record says
+                    // who denies it today.
+                    r.denied_by = o.denied_by.clone();
+                    r.message = Some(o.message.clone());
+                }
+                let count = r.count.max(o.count);
+                let (first, last) = (
+                    earlier(&r.first_seen, &o.first_seen),
+                    later(&r.last_seen, &o.last_seen),
+                );
+                if (count, &first, &last) != (r.count, &r.first_seen, &r.last_seen) {
+                    next.violation_count += count - r.count;
+                    (r.count, r.first_seen, r.last_seen) = (count, first, last);
+                    if !updated.contains(&r.id) {
+                        updated.push(r.id);
+                    }
+                }
+                continue;
+            }
+            // Acknowledged before: only traffic seen since counts, as a new record.
+            let acknowledged = next
+                .acknowledged_violations
+                .iter()
+                .filter(|a| {
+                    let k = key_of(&a.violation);
+                    k == key
+                        || ((a.violation.port == UNKNOWN_PORT || o.port == UNKNOWN_PORT)
+                            && same_but_port(&k, &key))
+                })
+                .map(|a| &a.violation)
+                .max_by_key(|v| v.last_seen.0);
+            let count = match acknowledged {
+                Some(a) if o.last_seen.0 <= a.last_seen.0 => continue,
+                Some(a) => (o.count - a.count).max(1),
+                None => o.count.max(1),
+            };
+            next.last_violation_id += 1;
+            let id = next.last_violation_id;
+            next.violation_count += count;
+            next.violations.push(ViolationRecord {
+                id,
+                first_seen: match acknowledged {
+                    Some(a) => later(&o.first_seen, &a.last_seen),
+                    None => o.first_seen.clone(),
+                },
+                last_seen: o.last_seen.clone(),
+                count,
+                source: o.source.clone(),
+                destination: o.destination.clone(),
+                protocol: o.protocol.clone(),
+                port: o.port,
+                direction: o.direction,
+                mode: o.mode,
+                reason: Some(o.reason),
+                message: Some(o.message.clone()),
+                denied_by: o.denied_by.clone(),
+            });
+            new.push(id);
+        }
+        // Newest first; the oldest beyond the cap are dropped (their ids are never reused).
+        next.violations
+            .sort_by(|a, b| b.last_seen.0.cmp(&a.last_seen.0).then(b.id.cmp(&a.id)));
+        next.violations.truncate(MAX_VIOLATION_RECORDS);
+        new.retain(|id| next.violations.iter().any(|r| r.id == *id));
+        // One report per record: a record made by this merge is new, not also updated.
+        updated.retain(|id| !new.contains(id) && next.violations.iter().any(|r| r.id == *id));
+        next.active_violation_count = next.violations.len() as i64;
+        next.last_violation_time = next
+            .violations
+            .iter()
+            .map(|r| &r.last_seen)
+            .chain(status.last_violation_time.as_ref())
+            .max_by_key(|t| t.0)
+            .cloned();
+        Merged {
+            status: next,
+            new,
+            updated,
+        }
+    }
+
+    fn arb_observation() -> impl Strategy<Value = Observation> {
+        (
+            0..30usize,
+            prop::sample::select(vec![UNKNOWN_PORT, 80, 443]),
+            any::<bool>(),
+            any::<bool>(),
+            1..20i64,
+            0..50i64,
+            0..50i64,
+            prop::option::of(0..2usize),
+        )
+            .prop_map(|(src, port, udp, protect, count, a, b, denied)| {
+                let mut o = seen(&format!("w{src}"), port, count, a.min(b), a.max(b));
+                if udp {
+                    o.protocol = "UDP".to_owned();
+                }
+                if protect {
+                    o.mode = Mode::Protect;
+                }
+                if src % 7 == 0 {
+                    // An address, not a workload.
+                    o.source.name = None;
+                    o.source.ip = Some(format!("10.0.0.{port}"));
+                }
+                o.denied_by = denied.map(|d| format!("shop/deny-{d}"));
+                o
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn a_merge_by_hash_is_the_merge_by_scan(
+            earlier in prop::collection::vec(prop::collection::vec(arb_observation(), 0..60), 0..4),
+            acknowledged in prop::collection::vec(0..8usize, 0..3),
+            observations in prop::collection::vec(arb_observation(), 0..150),
+        ) {
+            let mut status = WorkloadNetworkPolicyStatus::default();
+            for batch in &earlier {
+                status = merge_by_scan(&status, batch).status;
+            }
+            for at in acknowledged {
+                if at < status.violations.len() {
+                    let violation = status.violations.remove(at);
+                    status.acknowledged_violations.push(AcknowledgedViolation {
+                        violation,
+                        reason: None,
+                        acknowledged_at: Some(time(60)),
+                    });
+                }
+            }
+            prop_assert_eq!(merge(&status, &observations), merge_by_scan(&status, &observations));
+        }
     }
 }
