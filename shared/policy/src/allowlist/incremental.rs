@@ -221,7 +221,11 @@ struct ListState {
     edges: u64,
     /// Selector ids and the edges that resolved each.
     selectors: BTreeMap<u32, u64>,
-    rules: BTreeMap<PeerKey, BTreeMap<(Protocol, u16), Rule>>,
+    /// Rules by (peer id, protocol, port), in no order (a rendering sorts them): a map
+    /// per peer would cost a tree node per peer, and flood edges are a peer each.
+    rules: HashMap<(u32, Protocol, u16), Rule>,
+    /// Peer ids and how many of the rules are theirs.
+    peer_ports: HashMap<u32, u32>,
     omitted: Sum,
     unmanaged: BTreeMap<(Reserved, Protocol, u16), Sum>,
     /// Rules, ports or selectors came or went since the list was last rendered: the
@@ -490,7 +494,8 @@ impl Incremental {
             direction,
             edges: 0,
             selectors: BTreeMap::new(),
-            rules: BTreeMap::new(),
+            rules: HashMap::default(),
+            peer_ports: HashMap::default(),
             omitted: Sum::default(),
             unmanaged: BTreeMap::new(),
             reshaped: true,
@@ -531,13 +536,9 @@ impl Incremental {
                 port,
             } => {
                 s.learned.add(c.count);
-                let key = self.peers.key(peer);
-                let ports = match l.rules.get_mut(key) {
-                    Some(ports) => ports,
-                    None => l.rules.entry(key.clone()).or_default(),
-                };
-                let rule = ports.entry((protocol, port)).or_insert_with(|| {
+                let rule = l.rules.entry((peer, protocol, port)).or_insert_with(|| {
                     l.reshaped = true;
+                    *l.peer_ports.entry(peer).or_default() += 1;
                     Rule::new()
                 });
                 rule.add(c);
@@ -599,15 +600,17 @@ impl Incremental {
                 port,
             } => {
                 s.learned.sub(c.count);
-                let key = self.peers.key(peer);
-                let Some(ports) = l.rules.get_mut(key) else {
-                    return;
-                };
-                if let Some(rule) = ports.get_mut(&(protocol, port)) {
+                if let Some(rule) = l.rules.get_mut(&(peer, protocol, port)) {
                     rule.slots.retain(|&other| other != slot);
                     if rule.slots.is_empty() {
-                        ports.remove(&(protocol, port));
+                        l.rules.remove(&(peer, protocol, port));
                         l.reshaped = true;
+                        if let Some(n) = l.peer_ports.get_mut(&peer) {
+                            *n -= 1;
+                            if *n == 0 {
+                                l.peer_ports.remove(&peer);
+                            }
+                        }
                     } else {
                         let mut again = Rule::new();
                         for &other in &rule.slots {
@@ -620,9 +623,6 @@ impl Incremental {
                         *rule = again;
                         l.changed_rows.push((peer, protocol, port));
                     }
-                }
-                if ports.is_empty() {
-                    l.rules.remove(key);
                 }
             }
             Peer::Unresolved(why) => {
@@ -671,11 +671,7 @@ impl Incremental {
                 port,
             } => {
                 s.learned.grow(by);
-                if let Some(rule) = l
-                    .rules
-                    .get_mut(self.peers.key(peer))
-                    .and_then(|ports| ports.get_mut(&(protocol, port)))
-                {
+                if let Some(rule) = l.rules.get_mut(&(peer, protocol, port)) {
                     rule.flows += u128::from(by);
                     rule.first = rule.first.min(new.first);
                     rule.last = rule.last.max(new.last);
@@ -735,19 +731,27 @@ impl Incremental {
             self.patch(id, at, &changed_rows);
             return;
         }
+        // Rules in rule order: by peer, then protocol and port.
+        let mut order: Vec<(u32, Protocol, u16)> = l.rules.keys().copied().collect();
+        order.sort_unstable_by(|a, b| {
+            let (pa, pb) = (self.peers.key(a.0), self.peers.key(b.0));
+            pa.cmp(pb).then((a.1, a.2).cmp(&(b.1, b.2)))
+        });
+        let mut peers: BTreeMap<PeerKey, BTreeMap<(Protocol, u16), Evidence>> = BTreeMap::new();
+        for key in &order {
+            let evidence = l.rules[key].evidence();
+            let ports = match peers.get_mut(self.peers.key(key.0)) {
+                Some(ports) => ports,
+                None => peers.entry(self.peers.key(key.0).clone()).or_default(),
+            };
+            ports.insert((key.1, key.2), evidence);
+        }
         let list = AllowList {
             subject: l.subject.clone(),
             direction: l.direction,
             selector: selector.to_selector(),
             backend: backend_for(self.provider),
-            peers: l
-                .rules
-                .iter()
-                .map(|(peer, ports)| {
-                    let ports = ports.iter().map(|(pp, r)| (*pp, r.evidence())).collect();
-                    (peer.clone(), ports)
-                })
-                .collect(),
+            peers,
         };
         let proposal = match render_proposal_with_status(&list) {
             Ok(p) => {
@@ -762,9 +766,10 @@ impl Incremental {
         };
         // Rows follow the rules in order, as the status was rendered.
         let l = &mut self.lists[id as usize];
-        let rules = l.rules.values_mut().flat_map(BTreeMap::values_mut);
-        for (row, rule) in rules.enumerate() {
-            rule.row = row;
+        for (row, key) in order.iter().enumerate() {
+            if let Some(rule) = l.rules.get_mut(key) {
+                rule.row = row;
+            }
         }
         self.place_proposal(id, proposal);
     }
@@ -774,14 +779,13 @@ impl Incremental {
         let flows = l
             .rules
             .values()
-            .flat_map(BTreeMap::values)
             .fold(0u64, |n, r| n.saturating_add(saturated(r.flows)));
         AllowListSummary {
             name: proposal_name(l.subject.kind, &l.subject.name, l.direction),
             subject: l.subject.clone(),
             direction: l.direction,
-            rules: l.rules.len(),
-            ports: l.rules.values().map(BTreeMap::len).sum(),
+            rules: l.peer_ports.len(),
+            ports: l.rules.len(),
             flows,
             omitted: l.omitted.tally(),
             unmanaged: l
@@ -806,19 +810,17 @@ impl Incremental {
             return;
         };
         for &(peer, protocol, port) in changed {
-            let rule = l
-                .rules
-                .get(self.peers.key(peer))
-                .and_then(|ports| ports.get(&(protocol, port)));
-            if let Some(rule) = rule
+            if let Some(rule) = l.rules.get(&(peer, protocol, port))
                 && let Some(row) = status.peers.get_mut(rule.row)
             {
                 set_evidence(row, &rule.evidence());
             }
         }
-        let rules = || l.rules.values().flat_map(BTreeMap::values);
-        let first = rules().map(|r| r.first).min().unwrap_or_default();
-        let flows = rules().fold(0u64, |n, r| n.saturating_add(saturated(r.flows)));
+        let first = l.rules.values().map(|r| r.first).min().unwrap_or_default();
+        let flows = l
+            .rules
+            .values()
+            .fold(0u64, |n, r| n.saturating_add(saturated(r.flows)));
         set_totals(status, first, flows);
         status.summarize_times();
     }
