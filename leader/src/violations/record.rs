@@ -118,7 +118,8 @@ fn earlier(a: &Time, b: &Time) -> Time {
 /// Where the records of a status are, by the hash of their key and of their key without
 /// the port (what a record of an unknown port matches by): each hash's indexes in
 /// ascending order, so that the first record that matches is the one a scan would find.
-/// Hashes only point at candidates; every candidate's key is compared.
+/// Hashes only point at candidates; every candidate's key is compared (so a record whose
+/// port was set, left under its old hash too, costs a comparison, never a wrong match).
 #[derive(Default)]
 struct Lookup {
     exact: foldhash::HashMap<u64, Vec<usize>>,
@@ -127,14 +128,6 @@ struct Lookup {
 }
 
 impl Lookup {
-    fn of(records: &[ViolationRecord]) -> Self {
-        let mut lookup = Lookup::default();
-        for (i, r) in records.iter().enumerate() {
-            lookup.insert(i, r);
-        }
-        lookup
-    }
-
     fn hash(&self, key: &Key<'_>) -> u64 {
         self.hasher.hash_one(key)
     }
@@ -142,31 +135,30 @@ impl Lookup {
     fn hash_loose(&self, key: &Key<'_>) -> u64 {
         self.hasher.hash_one((key.0, key.1, key.2, key.4, key.5))
     }
+}
 
-    /// Adds record `i`; records are added in ascending order (a rekeyed one is put in
-    /// its place).
-    fn insert(&mut self, i: usize, r: &ViolationRecord) {
-        let key = key_of(r);
-        let (exact, loose) = (self.hash(&key), self.hash_loose(&key));
-        self.exact.entry(exact).or_default().push(i);
-        self.loose.entry(loose).or_default().push(i);
-    }
-
-    /// Record `i`'s port changed, from a key of hash `old`: it moves to its new key's
-    /// indexes.
-    fn rekey_hashed(&mut self, i: usize, old: u64, r: &ViolationRecord) {
-        if let Some(at) = self.exact.get_mut(&old) {
-            at.retain(|&j| j != i);
-        }
-        let new = self.hash(&key_of(r));
-        let at = self.exact.entry(new).or_default();
-        if let Err(pos) = at.binary_search(&i) {
-            at.insert(pos, i);
-        }
-    }
-
+/// How a merge finds the record an observation belongs to, told of every record that
+/// joins the status or changes its key.
+trait Find {
+    fn of(records: &[ViolationRecord]) -> Self;
     /// The first record of `key`, else (one side's port unknown) the first of the same
     /// tuple on any port.
+    fn find(&self, records: &[ViolationRecord], key: &Key<'_>, port: i32) -> Option<usize>;
+    /// Record `i` is made, after every record there is.
+    fn made(&mut self, i: usize, r: &ViolationRecord);
+    /// Record `i`'s port is set.
+    fn rekeyed(&mut self, i: usize, r: &ViolationRecord);
+}
+
+impl Find for Lookup {
+    fn of(records: &[ViolationRecord]) -> Self {
+        let mut lookup = Lookup::default();
+        for (i, r) in records.iter().enumerate() {
+            lookup.made(i, r);
+        }
+        lookup
+    }
+
     fn find(&self, records: &[ViolationRecord], key: &Key<'_>, port: i32) -> Option<usize> {
         fn candidates(
             map: &foldhash::HashMap<u64, Vec<usize>>,
@@ -188,6 +180,22 @@ impl Lookup {
                 })
             })
     }
+
+    fn made(&mut self, i: usize, r: &ViolationRecord) {
+        let key = key_of(r);
+        let (exact, loose) = (self.hash(&key), self.hash_loose(&key));
+        self.exact.entry(exact).or_default().push(i);
+        self.loose.entry(loose).or_default().push(i);
+    }
+
+    fn rekeyed(&mut self, i: usize, r: &ViolationRecord) {
+        // Its key without the port stays; its indexes stay ascending.
+        let new = self.hash(&key_of(r));
+        let at = self.exact.entry(new).or_default();
+        if let Err(pos) = at.binary_search(&i) {
+            at.insert(pos, i);
+        }
+    }
 }
 
 /// Merges `observations` into `status`: updates the records they match, creates records
@@ -195,8 +203,16 @@ impl Lookup {
 /// recounts. Everything else of the status is kept. A record is found by a hash of its
 /// tuple, so the cost follows the observations, not observations × records.
 pub fn merge(status: &WorkloadNetworkPolicyStatus, observations: &[Observation]) -> Merged {
+    merge_with::<Lookup>(status, observations)
+}
+
+/// [`merge`], records found by `F`.
+fn merge_with<F: Find>(
+    status: &WorkloadNetworkPolicyStatus,
+    observations: &[Observation],
+) -> Merged {
     let mut next = status.clone();
-    let mut lookup = Lookup::of(&next.violations);
+    let mut lookup = F::of(&next.violations);
     let mut new = Vec::new();
     let mut updated = Vec::new();
     let mut noted = foldhash::HashSet::default();
@@ -212,23 +228,13 @@ pub fn merge(status: &WorkloadNetworkPolicyStatus, observations: &[Observation])
             if r.port == UNKNOWN_PORT && o.port != UNKNOWN_PORT {
                 // The port is known now: the record gets it (and the richer endpoints, and
                 // the reason the rules give, which names the port).
-                let old = (party(&r.source), party(&r.destination));
-                let old_key = (
-                    old.0,
-                    old.1,
-                    r.protocol.as_str(),
-                    r.port,
-                    r.direction,
-                    r.mode,
-                );
-                let old_hash = lookup.hash(&old_key);
                 r.port = o.port;
                 r.source = o.source.clone();
                 r.destination = o.destination.clone();
                 r.reason = Some(o.reason);
                 r.message = Some(o.message.clone());
                 note(r.id, &mut updated);
-                lookup.rekey_hashed(i, old_hash, r);
+                lookup.rekeyed(i, r);
             }
             let r = &mut next.violations[i];
             if r.reason.is_none() {
@@ -293,7 +299,7 @@ pub fn merge(status: &WorkloadNetworkPolicyStatus, observations: &[Observation])
             denied_by: o.denied_by.clone(),
         });
         let at = next.violations.len() - 1;
-        lookup.insert(at, &next.violations[at]);
+        lookup.made(at, &next.violations[at]);
         new.push(id);
     }
     // Newest first; the oldest beyond the cap are dropped (their ids are never reused).
@@ -422,8 +428,8 @@ pub fn acknowledge(
     }
 }
 
-/// [`merge`] held to the scan it replaced (every observation compared with every record,
-/// in order), on statuses made by earlier merges and acknowledgements.
+/// [`merge`]'s lookup held to the scan it replaced (every observation compared with every
+/// record, in order), on statuses made by earlier merges and acknowledgements.
 #[cfg(test)]
 mod scan_tests {
     use proptest::prelude::*;
@@ -431,123 +437,31 @@ mod scan_tests {
     use super::*;
     use crate::violations::tests::{seen, time};
 
-    /// The merge before records were found by hash: what [`merge`] must still do.
-    fn merge_by_scan(status: &WorkloadNetworkPolicyStatus, observations: &[Observation]) -> Merged {
-        let mut next = status.clone();
-        let mut new = Vec::new();
-        let mut updated = Vec::new();
-        for o in observations {
-            let key = key_of_observation(o);
-            // The record of this tuple: the same port, else (one side's port unknown) the
-            // same tuple on any port.
-            let position = next
-                .violations
-                .iter()
-                .position(|r| key_of(r) == key)
-                .or_else(|| {
-                    next.violations.iter().position(|r| {
-                        (r.port == UNKNOWN_PORT || o.port == UNKNOWN_PORT)
-                            && same_but_port(&key_of(r), &key)
-                    })
-                });
-            if let Some(r) = position.map(|i| &mut next.violations[i]) {
-                if r.port == UNKNOWN_PORT && o.port != UNKNOWN_PORT {
-                    // The port is known now: the record gets it (and the richer endpoints, and
-                    // the reason the rules give, which names the port).
-                    r.port = o.port;
-                    r.source = o.source.clone();
-                    r.destination = o.destination.clone();
-                    r.reason = Some(o.reason);
-                    r.message = Some(o.message.clone());
-                    if !updated.contains(&r.id) {
-                        updated.push(r.id);
-                    }
-                }
-                if r.reason.is_none() {
-                    // A record written before reasons were recorded gets one.
-                    r.reason = Some(o.reason);
-                    r.message = Some(o.message.clone());
-                }
-                if o.denied_by.is_some() && r.denied_by != o.denied_by {
-                    // The data plane names the policy (or another one now): the record says
-                    // who denies it today.
-                    r.denied_by = o.denied_by.clone();
-                    r.message = Some(o.message.clone());
-                }
-                let count = r.count.max(o.count);
-                let (first, last) = (
-                    earlier(&r.first_seen, &o.first_seen),
-                    later(&r.last_seen, &o.last_seen),
-                );
-                if (count, &first, &last) != (r.count, &r.first_seen, &r.last_seen) {
-                    next.violation_count += count - r.count;
-                    (r.count, r.first_seen, r.last_seen) = (count, first, last);
-                    if !updated.contains(&r.id) {
-                        updated.push(r.id);
-                    }
-                }
-                continue;
-            }
-            // Acknowledged before: only traffic seen since counts, as a new record.
-            let acknowledged = next
-                .acknowledged_violations
-                .iter()
-                .filter(|a| {
-                    let k = key_of(&a.violation);
-                    k == key
-                        || ((a.violation.port == UNKNOWN_PORT || o.port == UNKNOWN_PORT)
-                            && same_but_port(&k, &key))
+    /// The search before records were found by hash: every record in order, for each
+    /// observation. What [`Lookup`] must still find.
+    struct Scan;
+
+    impl Find for Scan {
+        fn of(_: &[ViolationRecord]) -> Self {
+            Scan
+        }
+
+        fn find(&self, records: &[ViolationRecord], key: &Key<'_>, port: i32) -> Option<usize> {
+            records.iter().position(|r| key_of(r) == *key).or_else(|| {
+                records.iter().position(|r| {
+                    (r.port == UNKNOWN_PORT || port == UNKNOWN_PORT)
+                        && same_but_port(&key_of(r), key)
                 })
-                .map(|a| &a.violation)
-                .max_by_key(|v| v.last_seen.0);
-            let count = match acknowledged {
-                Some(a) if o.last_seen.0 <= a.last_seen.0 => continue,
-                Some(a) => (o.count - a.count).max(1),
-                None => o.count.max(1),
-            };
-            next.last_violation_id += 1;
-            let id = next.last_violation_id;
-            next.violation_count += count;
-            next.violations.push(ViolationRecord {
-                id,
-                first_seen: match acknowledged {
-                    Some(a) => later(&o.first_seen, &a.last_seen),
-                    None => o.first_seen.clone(),
-                },
-                last_seen: o.last_seen.clone(),
-                count,
-                source: o.source.clone(),
-                destination: o.destination.clone(),
-                protocol: o.protocol.clone(),
-                port: o.port,
-                direction: o.direction,
-                mode: o.mode,
-                reason: Some(o.reason),
-                message: Some(o.message.clone()),
-                denied_by: o.denied_by.clone(),
-            });
-            new.push(id);
+            })
         }
-        // Newest first; the oldest beyond the cap are dropped (their ids are never reused).
-        next.violations
-            .sort_by(|a, b| b.last_seen.0.cmp(&a.last_seen.0).then(b.id.cmp(&a.id)));
-        next.violations.truncate(MAX_VIOLATION_RECORDS);
-        new.retain(|id| next.violations.iter().any(|r| r.id == *id));
-        // One report per record: a record made by this merge is new, not also updated.
-        updated.retain(|id| !new.contains(id) && next.violations.iter().any(|r| r.id == *id));
-        next.active_violation_count = next.violations.len() as i64;
-        next.last_violation_time = next
-            .violations
-            .iter()
-            .map(|r| &r.last_seen)
-            .chain(status.last_violation_time.as_ref())
-            .max_by_key(|t| t.0)
-            .cloned();
-        Merged {
-            status: next,
-            new,
-            updated,
-        }
+
+        fn made(&mut self, _: usize, _: &ViolationRecord) {}
+
+        fn rekeyed(&mut self, _: usize, _: &ViolationRecord) {}
+    }
+
+    fn merge_by_scan(status: &WorkloadNetworkPolicyStatus, observations: &[Observation]) -> Merged {
+        merge_with::<Scan>(status, observations)
     }
 
     fn arb_observation() -> impl Strategy<Value = Observation> {

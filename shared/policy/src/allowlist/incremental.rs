@@ -135,25 +135,49 @@ struct Sum {
     flows: u128,
 }
 
+/// How one contribution changes the sums it is in.
+#[derive(Clone, Copy, Debug)]
+enum Delta {
+    /// A new edge of this many flows.
+    Add(u64),
+    /// An edge of this many flows taken out.
+    Sub(u64),
+    /// An edge, still counted, grown by this many flows.
+    Grow(u64),
+}
+
 impl Sum {
-    fn add(&mut self, flows: u64) {
-        self.edges += 1;
-        self.flows += u128::from(flows);
-    }
-
-    fn sub(&mut self, flows: u64) {
-        self.edges -= 1;
-        self.flows -= u128::from(flows);
-    }
-
-    fn grow(&mut self, by: u64) {
-        self.flows += u128::from(by);
+    fn apply(&mut self, delta: Delta) {
+        match delta {
+            Delta::Add(flows) => {
+                self.edges += 1;
+                self.flows += u128::from(flows);
+            }
+            Delta::Sub(flows) => {
+                self.edges -= 1;
+                self.flows -= u128::from(flows);
+            }
+            Delta::Grow(by) => self.flows += u128::from(by),
+        }
     }
 
     fn tally(self) -> Tally {
         Tally {
             edges: self.edges,
             flows: saturated(self.flows),
+        }
+    }
+}
+
+/// Applies `delta` to the sum of `key` in `sums`: made by an edge added, removed with the
+/// last edge taken out.
+fn apply_keyed<K: Ord>(sums: &mut BTreeMap<K, Sum>, key: K, delta: Delta) {
+    if let Delta::Add(_) = delta {
+        sums.entry(key).or_default().apply(delta);
+    } else if let Some(sum) = sums.get_mut(&key) {
+        sum.apply(delta);
+        if sum.edges == 0 {
+            sums.remove(&key);
         }
     }
 }
@@ -173,23 +197,8 @@ impl<K> Default for ByReason<K> {
 }
 
 impl<K: Ord + Copy> ByReason<K> {
-    fn add(&mut self, key: K, flows: u64) {
-        self.0.entry(key).or_default().add(flows);
-    }
-
-    fn sub(&mut self, key: K, flows: u64) {
-        if let Some(sum) = self.0.get_mut(&key) {
-            sum.sub(flows);
-            if sum.edges == 0 {
-                self.0.remove(&key);
-            }
-        }
-    }
-
-    fn grow(&mut self, key: K, by: u64) {
-        if let Some(sum) = self.0.get_mut(&key) {
-            sum.grow(by);
-        }
+    fn apply(&mut self, key: K, delta: Delta) {
+        apply_keyed(&mut self.0, key, delta);
     }
 
     fn tallies(&self) -> BTreeMap<K, Tally> {
@@ -358,7 +367,7 @@ impl Incremental {
         }
         match self.slots[at].take() {
             Some(old) if old == new => {}
-            Some(old) if new.grows(&old) => self.grow(&old, &new),
+            Some(old) if new.grows(&old) => self.grow(slot, &old, &new),
             Some(old) => {
                 self.remove(slot, &old);
                 self.add(slot, &new);
@@ -507,191 +516,79 @@ impl Incremental {
 
     /// Counts a new contribution of `slot`.
     fn add(&mut self, slot: u32, c: &Contribution) {
-        self.touched = true;
-        let s = &mut self.sums;
-        s.input.add(c.count);
-        let (list, selector, peer) = match c.outcome {
-            Outcome::Invalid(why) => return s.invalid.add(why, c.count),
-            Outcome::Excluded => return s.excluded.add(c.count),
-            Outcome::UnresolvedSubject(u) => return s.unresolved_subjects.add(u, c.count),
-            Outcome::NotASubject(k) => return s.not_a_subject.add(k, c.count),
-            Outcome::ExternalSubject => return s.external_subjects.add(c.count),
-            Outcome::ReservedSubject(r) => return s.reserved_subjects.add(r, c.count),
-            Outcome::Listed {
-                list,
-                selector,
-                peer,
-            } => (list, selector, peer),
-        };
-        self.dirty.insert(list);
-        let l = &mut self.lists[list as usize];
-        l.edges += 1;
-        let resolved = l.selectors.entry(selector).or_default();
-        *resolved += 1;
-        l.reshaped |= *resolved == 1;
-        match peer {
-            Peer::Rule {
-                peer,
-                protocol,
-                port,
-            } => {
-                s.learned.add(c.count);
-                let rule = l.rules.entry((peer, protocol, port)).or_insert_with(|| {
-                    l.reshaped = true;
-                    *l.peer_ports.entry(peer).or_default() += 1;
-                    Rule::new()
-                });
-                rule.add(c);
-                rule.slots.push(slot);
-                l.changed_rows.push((peer, protocol, port));
-            }
-            Peer::Unresolved(why) => {
-                l.omitted.add(c.count);
-                s.unresolved_peers.add(why, c.count);
-            }
-            Peer::Unmanaged {
-                peer,
-                protocol,
-                port,
-            } => {
-                l.omitted.add(c.count);
-                l.unmanaged
-                    .entry((peer, protocol, port))
-                    .or_default()
-                    .add(c.count);
-                s.unmanaged_peers.add(peer, c.count);
-            }
-        }
+        self.count(slot, c, Delta::Add(c.count));
     }
 
-    /// Takes `slot`'s contribution `c` out again; a rule it leaves is summed again from
-    /// the slots still in it.
+    /// Takes `slot`'s contribution `c` out again.
     fn remove(&mut self, slot: u32, c: &Contribution) {
-        self.touched = true;
-        let s = &mut self.sums;
-        s.input.sub(c.count);
-        let (list, selector, peer) = match c.outcome {
-            Outcome::Invalid(why) => return s.invalid.sub(why, c.count),
-            Outcome::Excluded => return s.excluded.sub(c.count),
-            Outcome::UnresolvedSubject(u) => return s.unresolved_subjects.sub(u, c.count),
-            Outcome::NotASubject(k) => return s.not_a_subject.sub(k, c.count),
-            Outcome::ExternalSubject => return s.external_subjects.sub(c.count),
-            Outcome::ReservedSubject(r) => return s.reserved_subjects.sub(r, c.count),
-            Outcome::Listed {
-                list,
-                selector,
-                peer,
-            } => (list, selector, peer),
-        };
-        self.dirty.insert(list);
-        let l = &mut self.lists[list as usize];
-        l.edges -= 1;
-        if let Some(n) = l.selectors.get_mut(&selector) {
-            *n -= 1;
-            if *n == 0 {
-                l.selectors.remove(&selector);
-                l.reshaped = true;
-            }
-        }
-        match peer {
-            Peer::Rule {
-                peer,
-                protocol,
-                port,
-            } => {
-                s.learned.sub(c.count);
-                if let Some(rule) = l.rules.get_mut(&(peer, protocol, port)) {
-                    rule.slots.retain(|&other| other != slot);
-                    if rule.slots.is_empty() {
-                        l.rules.remove(&(peer, protocol, port));
-                        l.reshaped = true;
-                        if let Some(n) = l.peer_ports.get_mut(&peer) {
-                            *n -= 1;
-                            if *n == 0 {
-                                l.peer_ports.remove(&peer);
-                            }
-                        }
-                    } else {
-                        let mut again = Rule::new();
-                        for &other in &rule.slots {
-                            if let Some(c) = &self.slots[other as usize] {
-                                again.add(c);
-                            }
-                        }
-                        again.slots = std::mem::take(&mut rule.slots);
-                        again.row = rule.row;
-                        *rule = again;
-                        l.changed_rows.push((peer, protocol, port));
-                    }
-                }
-            }
-            Peer::Unresolved(why) => {
-                l.omitted.sub(c.count);
-                s.unresolved_peers.sub(why, c.count);
-            }
-            Peer::Unmanaged {
-                peer,
-                protocol,
-                port,
-            } => {
-                l.omitted.sub(c.count);
-                let key = (peer, protocol, port);
-                if let Some(sum) = l.unmanaged.get_mut(&key) {
-                    sum.sub(c.count);
-                    if sum.edges == 0 {
-                        l.unmanaged.remove(&key);
-                    }
-                }
-                s.unmanaged_peers.sub(peer, c.count);
-            }
-        }
+        self.count(slot, c, Delta::Sub(c.count));
     }
 
     /// Adds what `new` grew by since `old` (same outcome, see [`Contribution::grows`]).
-    fn grow(&mut self, old: &Contribution, new: &Contribution) {
+    fn grow(&mut self, slot: u32, old: &Contribution, new: &Contribution) {
+        self.count(slot, new, Delta::Grow(new.count - old.count));
+    }
+
+    /// Applies `delta`, of `slot`'s contribution `c`, to every sum `c` is in.
+    fn count(&mut self, slot: u32, c: &Contribution, delta: Delta) {
         self.touched = true;
-        let by = new.count - old.count;
         let s = &mut self.sums;
-        s.input.grow(by);
-        let (list, peer) = match new.outcome {
-            Outcome::Invalid(why) => return s.invalid.grow(why, by),
-            Outcome::Excluded => return s.excluded.grow(by),
-            Outcome::UnresolvedSubject(u) => return s.unresolved_subjects.grow(u, by),
-            Outcome::NotASubject(k) => return s.not_a_subject.grow(k, by),
-            Outcome::ExternalSubject => return s.external_subjects.grow(by),
-            Outcome::ReservedSubject(r) => return s.reserved_subjects.grow(r, by),
-            Outcome::Listed { list, peer, .. } => (list, peer),
+        s.input.apply(delta);
+        let (list, selector, peer) = match c.outcome {
+            Outcome::Invalid(why) => return s.invalid.apply(why, delta),
+            Outcome::Excluded => return s.excluded.apply(delta),
+            Outcome::UnresolvedSubject(u) => return s.unresolved_subjects.apply(u, delta),
+            Outcome::NotASubject(k) => return s.not_a_subject.apply(k, delta),
+            Outcome::ExternalSubject => return s.external_subjects.apply(delta),
+            Outcome::ReservedSubject(r) => return s.reserved_subjects.apply(r, delta),
+            Outcome::Listed {
+                list,
+                selector,
+                peer,
+            } => (list, selector, peer),
         };
         self.dirty.insert(list);
         let l = &mut self.lists[list as usize];
+        match delta {
+            Delta::Add(_) => {
+                l.edges += 1;
+                let resolved = l.selectors.entry(selector).or_default();
+                *resolved += 1;
+                l.reshaped |= *resolved == 1;
+            }
+            Delta::Sub(_) => {
+                l.edges -= 1;
+                if let Some(n) = l.selectors.get_mut(&selector) {
+                    *n -= 1;
+                    if *n == 0 {
+                        l.selectors.remove(&selector);
+                        l.reshaped = true;
+                    }
+                }
+            }
+            Delta::Grow(_) => {}
+        }
         match peer {
             Peer::Rule {
                 peer,
                 protocol,
                 port,
             } => {
-                s.learned.grow(by);
-                if let Some(rule) = l.rules.get_mut(&(peer, protocol, port)) {
-                    rule.flows += u128::from(by);
-                    rule.first = rule.first.min(new.first);
-                    rule.last = rule.last.max(new.last);
-                    l.changed_rows.push((peer, protocol, port));
-                }
+                s.learned.apply(delta);
+                count_rule(l, &self.slots, (peer, protocol, port), slot, c, delta);
             }
             Peer::Unresolved(why) => {
-                l.omitted.grow(by);
-                s.unresolved_peers.grow(why, by);
+                l.omitted.apply(delta);
+                s.unresolved_peers.apply(why, delta);
             }
             Peer::Unmanaged {
                 peer,
                 protocol,
                 port,
             } => {
-                l.omitted.grow(by);
-                if let Some(sum) = l.unmanaged.get_mut(&(peer, protocol, port)) {
-                    sum.grow(by);
-                }
-                s.unmanaged_peers.grow(peer, by);
+                l.omitted.apply(delta);
+                apply_keyed(&mut l.unmanaged, (peer, protocol, port), delta);
+                s.unmanaged_peers.apply(peer, delta);
             }
         }
     }
@@ -852,6 +749,68 @@ impl Incremental {
             (Err(_), None) => {}
         }
     }
+}
+
+/// Applies `delta` of `slot`'s contribution `c` to its rule `key` of list `l`: a new rule
+/// or one left empty reshapes the list; a rule an edge left is summed again from the
+/// edges still in it (`slots`), as its times and DNS names cannot be taken apart.
+fn count_rule(
+    l: &mut ListState,
+    slots: &[Option<Contribution>],
+    key: (u32, Protocol, u16),
+    slot: u32,
+    c: &Contribution,
+    delta: Delta,
+) {
+    let peer = key.0;
+    match delta {
+        Delta::Add(_) => {
+            let rule = l.rules.entry(key).or_insert_with(|| {
+                l.reshaped = true;
+                *l.peer_ports.entry(peer).or_default() += 1;
+                Rule::new()
+            });
+            rule.add(c);
+            rule.slots.push(slot);
+        }
+        Delta::Sub(_) => {
+            let Some(rule) = l.rules.get_mut(&key) else {
+                return;
+            };
+            rule.slots.retain(|&other| other != slot);
+            if rule.slots.is_empty() {
+                l.rules.remove(&key);
+                l.reshaped = true;
+                if let Some(n) = l.peer_ports.get_mut(&peer) {
+                    *n -= 1;
+                    if *n == 0 {
+                        l.peer_ports.remove(&peer);
+                    }
+                }
+                return;
+            }
+            let mut again = Rule::new();
+            for c in rule
+                .slots
+                .iter()
+                .filter_map(|&s| slots[s as usize].as_ref())
+            {
+                again.add(c);
+            }
+            again.slots = std::mem::take(&mut rule.slots);
+            again.row = rule.row;
+            *rule = again;
+        }
+        Delta::Grow(by) => {
+            let Some(rule) = l.rules.get_mut(&key) else {
+                return;
+            };
+            rule.flows += u128::from(by);
+            rule.first = rule.first.min(c.first);
+            rule.last = rule.last.max(c.last);
+        }
+    }
+    l.changed_rows.push(key);
 }
 
 #[cfg(test)]
