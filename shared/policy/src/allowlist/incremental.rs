@@ -226,9 +226,8 @@ struct Sums {
 struct ListState {
     subject: WorkloadRef,
     direction: Direction,
-    /// Edges of the list, whatever their peer.
-    edges: u64,
-    /// Selector ids and the edges that resolved each.
+    /// Selector ids and the edges that resolved each: every edge of the list resolved one,
+    /// so the list has edges while this is not empty.
     selectors: BTreeMap<u32, u64>,
     /// Rules by (peer id, protocol, port), in no order (a rendering sorts them): a map
     /// per peer would cost a tree node per peer, and flood edges are a peer each.
@@ -243,6 +242,15 @@ struct ListState {
     /// Rules whose evidence alone changed since then, by (peer id, protocol, port): their
     /// rows of the rendered status are set again.
     changed_rows: Vec<(u32, Protocol, u16)>,
+}
+
+impl ListState {
+    /// Flows behind all rules, saturating (as `AllowList::flow_count`).
+    fn flows(&self) -> u64 {
+        self.rules
+            .values()
+            .fold(0u64, |n, r| n.saturating_add(saturated(r.flows)))
+    }
 }
 
 /// The evidence of one (peer, protocol, port) and the slots of the edges it sums.
@@ -501,7 +509,6 @@ impl Incremental {
         self.lists.push(ListState {
             subject: subject.clone(),
             direction,
-            edges: 0,
             selectors: BTreeMap::new(),
             rules: HashMap::default(),
             peer_ports: HashMap::default(),
@@ -551,13 +558,11 @@ impl Incremental {
         let l = &mut self.lists[list as usize];
         match delta {
             Delta::Add(_) => {
-                l.edges += 1;
                 let resolved = l.selectors.entry(selector).or_default();
                 *resolved += 1;
                 l.reshaped |= *resolved == 1;
             }
             Delta::Sub(_) => {
-                l.edges -= 1;
                 if let Some(n) = l.selectors.get_mut(&selector) {
                     *n -= 1;
                     if *n == 0 {
@@ -606,7 +611,7 @@ impl Incremental {
             .summaries
             .binary_search_by(|s| (&s.subject, s.direction).cmp(&key));
         let selector = l.selectors.keys().map(|&s| self.selectors.key(s)).min();
-        let (Some(selector), true) = (selector, l.edges > 0) else {
+        let Some(selector) = selector else {
             if let Ok(at) = found {
                 self.summaries.remove(at);
             }
@@ -673,17 +678,13 @@ impl Incremental {
 
     /// The summary of list `l`, from its sums.
     fn summarize(&self, l: &ListState) -> AllowListSummary {
-        let flows = l
-            .rules
-            .values()
-            .fold(0u64, |n, r| n.saturating_add(saturated(r.flows)));
         AllowListSummary {
             name: proposal_name(l.subject.kind, &l.subject.name, l.direction),
             subject: l.subject.clone(),
             direction: l.direction,
             rules: l.peer_ports.len(),
             ports: l.rules.len(),
-            flows,
+            flows: l.flows(),
             omitted: l.omitted.tally(),
             unmanaged: l
                 .unmanaged
@@ -714,11 +715,7 @@ impl Incremental {
             }
         }
         let first = l.rules.values().map(|r| r.first).min().unwrap_or_default();
-        let flows = l
-            .rules
-            .values()
-            .fold(0u64, |n, r| n.saturating_add(saturated(r.flows)));
-        set_totals(status, first, flows);
+        set_totals(status, first, l.flows());
         status.summarize_times();
     }
 
